@@ -1,0 +1,22 @@
+# What tilekern::tilekern needs, shared by the build and by the installed package config.
+include(CMakeFindDependencyMacro)
+find_dependency(hwy)
+# Debian's xsimd CMake target links a missing xtl; use its include directory directly.
+find_path(TILEKERN_XSIMD_INCLUDE_DIR xsimd/xsimd.hpp REQUIRED)
+
+# -march=VALUE for everything that includes tilekern (and Highway's AVX3_DL target, which
+# Highway 1.0.3 requires once -march=native enables it). WHERE is BUILD or INSTALL.
+function(tilekern_apply_arch target arch where)
+  if(arch STREQUAL "")
+    return()
+  endif()
+  set(options -march=${arch})
+  set(definitions HWY_WANT_AVX3_DL)
+  if(where STREQUAL "BUILD")
+    target_compile_options(${target} INTERFACE $<BUILD_INTERFACE:${options}>)
+    target_compile_definitions(${target} INTERFACE $<BUILD_INTERFACE:${definitions}>)
+  else()
+    set_property(TARGET ${target} APPEND PROPERTY INTERFACE_COMPILE_OPTIONS ${options})
+    set_property(TARGET ${target} APPEND PROPERTY INTERFACE_COMPILE_DEFINITIONS ${definitions})
+  endif()
+endfunction()

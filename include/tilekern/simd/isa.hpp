@@ -1,0 +1,195 @@
+#pragma once
+// Which instruction-set path runs: what the CPU offers (detected once, at run time), what this
+// translation unit was compiled for, and a cap from the environment or the program.
+//
+//   active_isa() = min(detected_isa(), compiled_isa(), cap)
+//
+// The cap is `TILEKERN_ISA` (scalar, avx2, avx512 or amx), read once, or set_isa_cap(), which
+// takes precedence. A cap above what the machine has is no error (it is a cap); an unknown value
+// is: active_isa() throws std::invalid_argument naming it.
+//
+// AMX needs the CPU's AMX-TILE and AMX-BF16, the OS's XTILEDATA state, and Linux's permission
+// (arch_prctl(ARCH_REQ_XCOMP_PERM)), which detection requests once; Linux may refuse it.
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#endif
+
+namespace tilekern {
+
+enum class isa : std::uint8_t { scalar, avx2, avx512, amx };
+
+inline constexpr isa all_isas[] = {isa::scalar, isa::avx2, isa::avx512, isa::amx};
+
+constexpr std::string_view name(isa level) {
+  switch (level) {
+    case isa::scalar:
+      return "scalar";
+    case isa::avx2:
+      return "avx2";
+    case isa::avx512:
+      return "avx512";
+    case isa::amx:
+      return "amx";
+  }
+  return "?";
+}
+
+constexpr std::optional<isa> parse_isa(std::string_view text) {
+  for (isa level : all_isas) {
+    if (name(level) == text) return level;
+  }
+  return std::nullopt;
+}
+
+// The path levels mean: avx2 = AVX2 + FMA + F16C; avx512 = AVX-512 F, BW, DQ and VL (with
+// AVX512-BF16 and AVX512-FP16 instructions used where present); amx = avx512 + AMX-TILE/BF16.
+struct cpu_features {
+  bool avx2 = false;  // with FMA, F16C and OS support for ymm state
+  bool avx512 = false;  // F, BW, DQ, VL and OS support for zmm state
+  bool avx512_bf16 = false;
+  bool avx512_fp16 = false;
+  bool amx = false;  // AMX-TILE and AMX-BF16, XTILEDATA enabled by the OS
+  bool amx_permitted = false;  // and Linux granted this process the tile data state
+};
+
+namespace detail {
+
+#if defined(__x86_64__) || defined(__i386__)
+inline cpu_features detect_cpu_features() {
+  cpu_features features;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_max(0, nullptr) < 7) return features;
+  __cpuid_count(1, 0, eax, ebx, ecx, edx);
+  const bool osxsave = (ecx >> 27) & 1, fma = (ecx >> 12) & 1, f16c = (ecx >> 29) & 1;
+  if (!osxsave) return features;
+  std::uint32_t xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const std::uint64_t xcr0 = (std::uint64_t{xcr0_hi} << 32) | xcr0_lo;
+  const bool os_ymm = (xcr0 & 0x6) == 0x6;
+  const bool os_zmm = os_ymm && (xcr0 & 0xe0) == 0xe0;
+  const bool os_tiles = (xcr0 & 0x60000) == 0x60000;
+
+  __cpuid_count(7, 0, eax, ebx, ecx, edx);
+  const unsigned leaf7_ebx = ebx, leaf7_edx = edx;
+  __cpuid_count(7, 1, eax, ebx, ecx, edx);
+  const unsigned leaf7_1_eax = eax;
+
+  features.avx2 = os_ymm && ((leaf7_ebx >> 5) & 1) && fma && f16c;
+  const unsigned avx512_bits = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31);  // F DQ BW VL
+  features.avx512 = features.avx2 && os_zmm && (leaf7_ebx & avx512_bits) == avx512_bits;
+  features.avx512_bf16 = features.avx512 && ((leaf7_1_eax >> 5) & 1);
+  features.avx512_fp16 = features.avx512 && ((leaf7_edx >> 23) & 1);
+  features.amx = features.avx512 && os_tiles && ((leaf7_edx >> 24) & 1) && ((leaf7_edx >> 22) & 1);
+#if defined(__linux__)
+  if (features.amx) {
+    constexpr long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+    features.amx_permitted = syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
+  }
+#endif
+  return features;
+}
+#else
+inline cpu_features detect_cpu_features() { return {}; }
+#endif
+
+inline std::atomic<int>& isa_cap_override() {
+  static std::atomic<int> cap{-1};
+  return cap;
+}
+
+inline std::optional<isa> environment_isa_cap() {
+  static const std::optional<isa> cap = [] {
+    const char* text = std::getenv("TILEKERN_ISA");  // NOLINT(concurrency-mt-unsafe): read once
+    if (text == nullptr || *text == '\0') return std::optional<isa>{};
+    auto level = parse_isa(text);
+    if (!level) {
+      throw std::invalid_argument(std::string("TILEKERN_ISA='") + text +
+                                  "' is not one of scalar, avx2, avx512, amx");
+    }
+    return level;
+  }();
+  return cap;
+}
+
+}  // namespace detail
+
+inline const cpu_features& detected_cpu_features() {
+  static const cpu_features features = detail::detect_cpu_features();
+  return features;
+}
+
+inline isa detected_isa() {
+  const cpu_features& f = detected_cpu_features();
+  if (f.amx && f.amx_permitted) return isa::amx;
+  if (f.avx512) return isa::avx512;
+  if (f.avx2) return isa::avx2;
+  return isa::scalar;
+}
+
+// What the including translation unit was compiled for (the library adapts to the build
+// machine: tilekern::tilekern compiles with -march=native unless TILEKERN_NATIVE is off).
+constexpr isa compiled_isa() {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VL__) && defined(__AMX_TILE__) && defined(__AMX_BF16__)
+  return isa::amx;
+#elif defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VL__)
+  return isa::avx512;
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  return isa::avx2;
+#else
+  return isa::scalar;
+#endif
+}
+
+// Overrides TILEKERN_ISA for the whole process; std::nullopt returns to it.
+inline void set_isa_cap(std::optional<isa> cap) {
+  detail::isa_cap_override().store(cap ? static_cast<int>(*cap) : -1);
+}
+
+inline std::optional<isa> isa_cap() {
+  const int cap = detail::isa_cap_override().load(std::memory_order_relaxed);
+  if (cap >= 0) return static_cast<isa>(cap);
+  return detail::environment_isa_cap();
+}
+
+// The path that runs, at most `limit` (for code that has fewer paths than the machine).
+inline isa active_isa(isa limit = isa::amx) {
+  isa level = std::min({detected_isa(), compiled_isa(), limit});
+  if (auto cap = isa_cap()) level = std::min(level, *cap);
+  return level;
+}
+
+// One line for logs and reports, e.g. "avx512 (cpu: avx512, avx512-bf16; cap: none)".
+inline std::string describe_isa() {
+  const cpu_features& f = detected_cpu_features();
+  std::string text(name(active_isa()));
+  text += " (cpu: ";
+  text += name(detected_isa());
+  if (f.avx512_bf16) text += ", avx512-bf16";
+  if (f.avx512_fp16) text += ", avx512-fp16";
+  if (f.amx && !f.amx_permitted) text += ", amx refused by the OS";
+  text += "; compiled: ";
+  text += name(compiled_isa());
+  text += "; cap: ";
+  auto cap = isa_cap();
+  text += cap ? name(*cap) : std::string_view("none");
+  text += ")";
+  return text;
+}
+
+}  // namespace tilekern

@@ -1,0 +1,10 @@
+#pragma once
+// Everything in tilekern.
+
+#include "tilekern/error.hpp"
+#include "tilekern/simd/convert.hpp"
+#include "tilekern/simd/isa.hpp"
+#include "tilekern/types/formats.hpp"
+#include "tilekern/types/minifloat.hpp"
+#include "tilekern/types/random.hpp"
+#include "tilekern/types/rounding.hpp"
