@@ -11,7 +11,9 @@ function(tilekern_apply_arch target arch where)
     return()
   endif()
   set(options -march=${arch})
-  set(definitions HWY_WANT_AVX3_DL)
+  # HWY_DISABLE_PCLMUL_AES: Highway's AVX2 target otherwise also needs AES and PCLMUL, which
+  # x86-64-v3 lacks (the build would silently get SSSE3 vectors); tilekern uses neither.
+  set(definitions HWY_WANT_AVX3_DL HWY_DISABLE_PCLMUL_AES)
   if(where STREQUAL "BUILD")
     target_compile_options(${target} INTERFACE $<BUILD_INTERFACE:${options}>)
     target_compile_definitions(${target} INTERFACE $<BUILD_INTERFACE:${definitions}>)

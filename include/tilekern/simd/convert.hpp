@@ -5,12 +5,19 @@
 // rounding and overflow mode: element i of a call draws its stochastic random bits with index
 // first_index + i, so converting a tensor in pieces (passing each piece's offset) gives the
 // same bits as converting it whole, whatever the ISA path or thread count.
+//
+// Paths (active_isa()): scalar runs the definition element by element; avx2 runs
+// simd/convert_vector.hpp on 8 lanes, with F16C for fp16; avx512 and amx run it on 16 lanes,
+// with AVX-512F's vcvtps2ph/vcvtph2ps for fp16 and AVX512-BF16's vcvtneps2bf16 for bf16 round
+// to nearest even where the compiler targets it. A path missing from the build (compiled_isa())
+// is never chosen.
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
 #include "tilekern/error.hpp"
+#include "tilekern/simd/convert_vector.hpp"
 #include "tilekern/simd/isa.hpp"
 #include "tilekern/types/minifloat.hpp"
 
@@ -41,6 +48,19 @@ template <minifloat_format F>
 void convert(std::span<const float> from, std::span<F> to, const cast_options& options = {},
              std::uint64_t first_index = 0) {
   detail::check_size("tilekern::convert", "to", to.size(), from.size());
+  [[maybe_unused]] const isa level = active_isa();
+#if defined(TILEKERN_CONVERT_AVX512)
+  if (level >= isa::avx512) {
+    return detail::encode_vector(detail::avx512_lanes(), from.data(), to.data(), from.size(),
+                                 options, first_index);
+  }
+#endif
+#if defined(TILEKERN_CONVERT_AVX2)
+  if (level >= isa::avx2) {
+    return detail::encode_vector(detail::avx2_lanes(), from.data(), to.data(), from.size(), options,
+                                 first_index);
+  }
+#endif
   detail::encode_scalar(from.data(), to.data(), from.size(), options, first_index);
 }
 
@@ -48,6 +68,17 @@ void convert(std::span<const float> from, std::span<F> to, const cast_options& o
 template <minifloat_format F>
 void convert(std::span<const F> from, std::span<float> to) {
   detail::check_size("tilekern::convert", "to", to.size(), from.size());
+  [[maybe_unused]] const isa level = active_isa();
+#if defined(TILEKERN_CONVERT_AVX512)
+  if (level >= isa::avx512) {
+    return detail::decode_vector(detail::avx512_lanes(), from.data(), to.data(), from.size());
+  }
+#endif
+#if defined(TILEKERN_CONVERT_AVX2)
+  if (level >= isa::avx2) {
+    return detail::decode_vector(detail::avx2_lanes(), from.data(), to.data(), from.size());
+  }
+#endif
   detail::decode_scalar(from.data(), to.data(), from.size());
 }
 

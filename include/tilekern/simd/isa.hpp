@@ -69,12 +69,14 @@ struct cpu_features {
 namespace detail {
 
 #if defined(__x86_64__) || defined(__i386__)
+constexpr bool bit(unsigned word, int position) { return ((word >> position) & 1u) != 0; }
+
 inline cpu_features detect_cpu_features() {
   cpu_features features;
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (__get_cpuid_max(0, nullptr) < 7) return features;
   __cpuid_count(1, 0, eax, ebx, ecx, edx);
-  const bool osxsave = (ecx >> 27) & 1, fma = (ecx >> 12) & 1, f16c = (ecx >> 29) & 1;
+  const bool osxsave = bit(ecx, 27), fma = bit(ecx, 12), f16c = bit(ecx, 29);
   if (!osxsave) return features;
   std::uint32_t xcr0_lo = 0, xcr0_hi = 0;
   __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
@@ -88,12 +90,12 @@ inline cpu_features detect_cpu_features() {
   __cpuid_count(7, 1, eax, ebx, ecx, edx);
   const unsigned leaf7_1_eax = eax;
 
-  features.avx2 = os_ymm && ((leaf7_ebx >> 5) & 1) && fma && f16c;
+  features.avx2 = os_ymm && bit(leaf7_ebx, 5) && fma && f16c;
   const unsigned avx512_bits = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31);  // F DQ BW VL
   features.avx512 = features.avx2 && os_zmm && (leaf7_ebx & avx512_bits) == avx512_bits;
-  features.avx512_bf16 = features.avx512 && ((leaf7_1_eax >> 5) & 1);
-  features.avx512_fp16 = features.avx512 && ((leaf7_edx >> 23) & 1);
-  features.amx = features.avx512 && os_tiles && ((leaf7_edx >> 24) & 1) && ((leaf7_edx >> 22) & 1);
+  features.avx512_bf16 = features.avx512 && bit(leaf7_1_eax, 5);
+  features.avx512_fp16 = features.avx512 && bit(leaf7_edx, 23);
+  features.amx = features.avx512 && os_tiles && bit(leaf7_edx, 24) && bit(leaf7_edx, 22);
 #if defined(__linux__)
   if (features.amx) {
     constexpr long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;

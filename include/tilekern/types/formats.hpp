@@ -24,8 +24,15 @@ std::string format_name() {
   else if constexpr (std::is_same_v<F, fp8_e5m2>) return "fp8_e5m2";
   else if constexpr (std::is_same_v<F, fp8_e3m4>) return "fp8_e3m4";
   else {
-    return "e" + std::to_string(F::exponent_bits) + "m" + std::to_string(F::mantissa_bits) + "b" +
-           std::to_string(F::bias) + (F::special_values == specials::fn ? "fn" : "");
+    // Appended, not "e" + ...: gcc 12's -Wrestrict misfires on operator+(const char*, string&&).
+    std::string text = "e";
+    text += std::to_string(F::exponent_bits);
+    text += "m";
+    text += std::to_string(F::mantissa_bits);
+    text += "b";
+    text += std::to_string(F::bias);
+    if (F::special_values == specials::fn) text += "fn";
+    return text;
   }
 }
 

@@ -249,7 +249,7 @@ class minifloat {
     const bool up = detail::rounds_up(window, (kept & 1) != 0, round, random);
     // Exponent field and mantissa in one sum: a carry out of the mantissa bumps the exponent.
     const std::uint64_t magnitude =
-        (static_cast<std::uint64_t>(binade - min_exponent) << MantissaBits) + kept + up;
+        (static_cast<std::uint64_t>(binade - min_exponent) << MantissaBits) + kept + (up ? 1 : 0);
     if (magnitude > max_code) return overflowed(negative, on_overflow);
     return signed_code(negative, static_cast<std::uint32_t>(magnitude));
   }
@@ -304,7 +304,16 @@ class std::numeric_limits<tilekern::minifloat<E, M, B, S>> {
   static constexpr int min_exponent = type::min_exponent + 1;
   static constexpr int min_exponent10 = type::min_exponent * 30103 / 100000;  // rounds up
   static constexpr int max_exponent = type::max_exponent + 1;
-  static constexpr int max_exponent10 = (type::max_exponent * 30103) / 100000;
+  // floor(log10(max)): max's significand can carry it past floor(max_exponent * log10(2)),
+  // e.g. fp8_e3m4's 15.5 >= 10^1 although 2^3 * log10(2) < 1.
+  static constexpr int max_exponent10 = [] {
+    const double max = type::from_code(type::max_code).to_double();
+    int n = 0;
+    double power = 1;
+    for (; power * 10 <= max; power *= 10) ++n;
+    for (; power > max; power /= 10) --n;
+    return n;
+  }();
   static constexpr bool traps = false;
   static constexpr bool tinyness_before = false;
 

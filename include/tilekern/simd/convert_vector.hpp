@@ -1,0 +1,386 @@
+#pragma once
+// The vector paths of simd/convert.hpp: fp32 <-> minifloat, written once over a Highway
+// descriptor and instantiated for 8 lanes (the avx2 path) and 16 lanes (avx512 and amx), with
+// hardware conversions where they give the same bits (x86/fp16.hpp, x86/bf16.hpp).
+//
+// Every function here reproduces types/minifloat.hpp bit for bit, using integer operations only,
+// so that a caller's MXCSR (rounding mode, FTZ, DAZ) cannot change a result.
+//
+// Static target selection: Highway is included once, for the target the compiler flags enable
+// (HWY_TARGET); there is no dynamic dispatch. TILEKERN_CONVERT_AVX2 and TILEKERN_CONVERT_AVX512
+// say which paths exist, and agree with compiled_isa() (checked below).
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "tilekern/simd/isa.hpp"
+#include "tilekern/types/minifloat.hpp"
+#include "tilekern/types/random.hpp"
+#include "tilekern/types/rounding.hpp"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <hwy/highway.h>
+
+#include "tilekern/simd/x86/bf16.hpp"
+#include "tilekern/simd/x86/fp16.hpp"
+#if HWY_TARGET <= HWY_AVX2
+#define TILEKERN_CONVERT_AVX2 1
+#endif
+#if HWY_TARGET <= HWY_AVX3
+#define TILEKERN_CONVERT_AVX512 1
+#endif
+#endif
+
+namespace tilekern::detail {
+
+#if defined(TILEKERN_CONVERT_AVX512)
+static_assert(compiled_isa() >= isa::avx512,
+              "tilekern: Highway targets AVX-512 but compiled_isa() says otherwise");
+#elif defined(TILEKERN_CONVERT_AVX2)
+static_assert(compiled_isa() == isa::avx2,
+              "tilekern: compiled_isa() says AVX-512 but Highway's static target is narrower; "
+              "compile with -DHWY_WANT_AVX3_DL if the flags enable AVX512-VNNI/VBMI");
+#else
+// Highway 1.0.3's AVX2 target also requires AES and PCLMUL (which -march=x86-64-v3 lacks) unless
+// HWY_DISABLE_PCLMUL_AES is defined, as tilekern's CMake package does.
+static_assert(compiled_isa() == isa::scalar,
+              "tilekern: the compiler targets AVX2 but Highway's static target is older; define "
+              "HWY_DISABLE_PCLMUL_AES (or enable -maes -mpclmul)");
+#endif
+
+#if defined(TILEKERN_CONVERT_AVX2)
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// The per-block lambdas must inline into their loop: vectors passed to a call go through memory.
+#define TILEKERN_INLINE_LAMBDA __attribute__((always_inline))
+
+// fp32 lanes of the avx2 path (256 bits) and of the avx512 and amx paths (512 bits).
+using avx2_lanes = hn::Simd<float, 8, 0>;
+#if defined(TILEKERN_CONVERT_AVX512)
+using avx512_lanes = hn::Simd<float, 16, 0>;
+#endif
+
+// Minifloat arrays as arrays of their codes (a minifloat is its storage word, nothing more).
+template <minifloat_format F>
+auto* storage_of(F* values) {
+  static_assert(sizeof(F) == sizeof(typename F::storage_type) && std::is_standard_layout_v<F>);
+  return reinterpret_cast<typename F::storage_type*>(values);
+}
+template <minifloat_format F>
+const auto* storage_of(const F* values) {
+  return storage_of(const_cast<F*>(values));
+}
+
+// Calls block(in, out, index) for blocks of `Lanes` elements. A last partial block is staged
+// through stack buffers, so that nothing outside [from, from + n) or [to, to + n) is touched.
+// noipa: a caller's constant n (say 4) would otherwise reach the loop, and GCC 12 warns
+// (-Warray-bounds) about the full-vector accesses it can no longer reach; one call per convert().
+template <std::size_t Lanes, class In, class Out, class Block>
+__attribute__((noipa)) void for_each_block(const In* from, Out* to, std::size_t n,
+                                           std::uint64_t first_index, Block&& block) {
+  std::size_t i = 0;
+  for (; i + Lanes <= n; i += Lanes) block(from + i, to + i, first_index + i);
+  if (i == n) return;
+  In in[Lanes] = {};
+  Out out[Lanes] = {};
+  std::copy_n(from + i, n - i, in);
+  block(in, out, first_index + i);
+  std::copy_n(out, n - i, to + i);
+}
+
+// random_mix (types/random.hpp), lane by lane: the same shifts and 32-bit multiplies.
+template <class DU>
+HWY_INLINE hn::Vec<DU> random_mix(DU du, hn::Vec<DU> x) {
+  x = x ^ hn::ShiftRight<16>(x);
+  x = x * hn::Set(du, 0x21f0aaadu);
+  x = x ^ hn::ShiftRight<15>(x);
+  x = x * hn::Set(du, 0x735a2d97u);
+  return x ^ hn::ShiftRight<15>(x);
+}
+
+// Lane j: random_bits(key, index + j). Where the low words of the indices wrap past 2^32 within
+// the vector (rarely: once per 2^32 elements), the lanes after the wrap carry one into the high
+// word.
+template <class DU>
+HWY_INLINE hn::Vec<DU> random_lanes(DU du, random_key key, std::uint64_t index) {
+  const auto low_first = static_cast<std::uint32_t>(index);
+  const auto low = hn::Set(du, low_first) + hn::Iota(du, 0);
+  auto high = hn::Set(du, static_cast<std::uint32_t>(index >> 32));
+  if (low_first > ~0u - (hn::MaxLanes(du) - 1)) [[unlikely]] {
+    high = high - hn::VecFromMask(du, low < hn::Set(du, low_first));  // all ones = -1
+  }
+  return random_mix(du, random_mix(du, low ^ hn::Set(du, key.lo)) ^ high ^ hn::Set(du, key.hi));
+}
+
+// The rounding modes as the 32-bit increment of each lane, given the lane's magnitude code
+// rounded toward zero (see encode_lanes).
+struct round_toward_zero {
+  template <class V>
+  HWY_INLINE V operator()(V) const {
+    return hn::Zero(hn::DFromV<V>());
+  }
+};
+struct round_nearest_even {
+  template <class V>
+  HWY_INLINE V operator()(V truncated) const {
+    const hn::DFromV<V> du;
+    return hn::Set(du, 0x7fffffffu) + (truncated & hn::Set(du, 1u));
+  }
+};
+template <class V>
+struct round_stochastic {
+  V random;  // random_lanes() of the block
+  HWY_INLINE V operator()(V) const { return random; }
+};
+
+// F::from for every lane of `bits` (fp32 bit patterns): the stored code, padding included.
+//
+// As in minifloat.hpp, a lane rounds up iff `window + increment` carries out of 32 bits, where
+// window is the dropped bits as a 32-bit fraction of F's ulp and increment is given by `round`
+// (above): 0, 0x7fffffff + lsb, or 32 random bits. 32 bits of window are exact for nearest even:
+// they hold every dropped bit when at most 32 are dropped, and when more are, the value is below
+// 2^-9 ulp and rounds down either way. Stochastic rounding uses the top 32 bits of the window in
+// the scalar code too.
+template <minifloat_format F, class DU, class Round>
+HWY_INLINE hn::Vec<DU> encode_lanes(DU du, hn::Vec<DU> bits, Round round,
+                                    hn::Vec<DU> overflow_code) {
+  constexpr int mantissa_bits = F::mantissa_bits;
+  // fp32's exponent field of F's smallest normal, 1..127; fields below it are F's subnormals.
+  constexpr std::uint32_t normal_field = 128 - F::bias;
+  const auto magnitude_bits = bits & hn::Set(du, 0x7fffffffu);
+
+  hn::Vec<DU> magnitude = magnitude_bits;  // the rounded magnitude code
+  if constexpr (normal_field == 1) {
+    // Bias 127: F's range starts at fp32's, so every input (fp32 subnormals too) drops the low
+    // d = 23 - M bits and keeps its exponent field. With L the dropped bits and k = 32 - d,
+    // L * 2^k + r carries out of 32 bits iff L + (r >> k) reaches 2^d: so add r >> k to the
+    // fp32 bits and shift, and the carry runs into the mantissa and exponent by itself.
+    constexpr int dropped = 23 - mantissa_bits;
+    if constexpr (dropped != 0) {
+      const auto increment = round(hn::ShiftRight<dropped>(magnitude_bits));
+      magnitude = hn::ShiftRight<dropped>(magnitude_bits + hn::ShiftRight<32 - dropped>(increment));
+    }
+  } else {
+    const auto one = hn::Set(du, 1u);
+    const auto exponent_field = hn::ShiftRight<23>(magnitude_bits);
+    // fp32 subnormals: exponent field 0 means 1 without the implicit bit.
+    const auto significand =
+        (bits & hn::Set(du, 0x7fffffu)) | hn::ShiftLeft<23>(hn::Min(exponent_field, one));
+    const auto field = hn::Max(exponent_field, hn::Set(du, normal_field));
+    // 23 - M bits, plus one per binade below F's smallest normal: 0..148. Shift counts are
+    // clamped to 31 in lanes whose result the select discards (or which shift out everything
+    // anyway: the significand has 24 bits).
+    const auto dropped = field - hn::Max(exponent_field, one) + hn::Set(du, 23u - mantissa_bits);
+    const auto limit = hn::Set(du, 31u);
+    const auto kept = significand >> hn::Min(dropped, limit);
+    // The dropped bits as a 32-bit fraction. dropped < 32: significand << (32 - dropped), in two
+    // steps so that 0 dropped gives 0.
+    const auto left = hn::ShiftLeft<1>(significand << hn::Min(limit - dropped, limit));
+    const auto right = significand >> hn::Min(dropped - hn::Set(du, 32u), limit);
+    const auto window = hn::IfThenElse(dropped < hn::Set(du, 32u), left, right);
+    // Exponent and mantissa in one sum: the implicit bit in `kept` moves into the exponent.
+    const auto truncated = hn::ShiftLeft<mantissa_bits>(field - hn::Set(du, normal_field)) + kept;
+    const auto increment = round(truncated);
+    const auto up = hn::VecFromMask(du, window + increment < window);  // carry: all ones = -1
+    magnitude = truncated - up;  // a carry out of the mantissa bumps the exponent
+  }
+
+  // Overflow, including inf and NaN inputs (exponent field 255, 2^128 or more: above every F's
+  // max), then NaNs.
+  magnitude = hn::IfThenElse(magnitude > hn::Set(du, F::max_code), overflow_code, magnitude);
+  const auto is_nan = magnitude_bits > hn::Set(du, 0x7f800000u);
+  if constexpr (F::has_infinity) {
+    // Quiet, keeping the top M bits of the payload: fp32's exponent field 255 shifted right is
+    // F's with Bias 127.
+    const auto payload = normal_field == 1
+                             ? hn::ShiftRight<23 - mantissa_bits>(magnitude_bits)
+                             : hn::ShiftRight<23 - mantissa_bits>(bits & hn::Set(du, 0x7fffffu)) |
+                                   hn::Set(du, F::infinity_code);
+    magnitude = hn::IfThenElse(is_nan, payload | hn::Set(du, F::quiet_bit), magnitude);
+  } else {
+    magnitude = hn::IfThenElse(is_nan, hn::Set(du, F::nan_code), magnitude);
+  }
+  const auto sign = hn::ShiftRight<31 - (F::code_bits - 1)>(bits) & hn::Set(du, F::sign_code);
+  return hn::ShiftLeft<F::padding_bits>(magnitude | sign);
+}
+
+// F::to_float for every lane of `codes` (stored codes, padding included), as fp32 bit patterns.
+template <minifloat_format F, class DU>
+HWY_INLINE hn::Vec<DU> decode_lanes(DU du, hn::Vec<DU> codes) {
+  constexpr int mantissa_bits = F::mantissa_bits;
+  constexpr int bias = F::bias;
+  const auto code = hn::ShiftRight<F::padding_bits>(codes);
+  const auto magnitude = code & hn::Set(du, F::magnitude_mask);
+  const auto sign = hn::ShiftLeft<31 - (F::code_bits - 1)>(code & hn::Set(du, F::sign_code));
+
+  // Normals: rebias the exponent field (the result is an fp32 normal: F's exponents lie within
+  // fp32's, as minifloat's static_asserts require).
+  auto result = hn::ShiftLeft<23 - mantissa_bits>(magnitude) +
+                hn::Set(du, static_cast<std::uint32_t>(127 - bias) << 23);
+
+  // Subnormals m * 2^scale, scale = 1 - Bias - M. With Bias 127 they are fp32 subnormals with the
+  // same bits, which the line above already gives. Otherwise convert m exactly to fp32
+  // (m < 2^23) and add scale to its exponent field, except that values below fp32's smallest
+  // normal (m < 2^(Bias + M - 127)) are fp32 subnormals whose bits are m << (scale + 149).
+  if constexpr (bias != 127) {
+    constexpr int scale = 1 - bias - mantissa_bits;
+    const hn::RebindToSigned<DU> di;
+    const hn::Rebind<float, DU> df;
+    const auto subnormal = magnitude < hn::Set(du, 1u << mantissa_bits);
+    const auto as_float = hn::BitCast(du, hn::ConvertTo(df, hn::BitCast(di, magnitude)));
+    auto value = as_float + hn::Set(du, static_cast<std::uint32_t>(scale) << 23);
+    if constexpr (bias + mantissa_bits > 127) {
+      const auto tiny = magnitude < hn::Set(du, 1u << (bias + mantissa_bits - 127));
+      value = hn::IfThenElse(tiny, hn::ShiftLeft<scale + 149>(magnitude), value);
+    } else {
+      value = hn::IfThenZeroElse(magnitude == hn::Zero(du), value);
+    }
+    result = hn::IfThenElse(subnormal, value, result);
+  }
+
+  const auto mantissa = magnitude & hn::Set(du, F::mantissa_mask);
+  if constexpr (F::has_infinity) {
+    // inf, or a quiet NaN keeping the mantissa as the top of its payload.
+    const auto special = magnitude > hn::Set(du, F::max_code);  // inf and NaNs
+    const auto quiet = hn::IfThenElseZero(mantissa != hn::Zero(du), hn::Set(du, 0x400000u));
+    const auto nan_or_inf =
+        hn::Set(du, 0x7f800000u) | quiet | hn::ShiftLeft<23 - mantissa_bits>(mantissa);
+    result = hn::IfThenElse(special, nan_or_inf, result);
+  } else {
+    const auto nan = hn::Set(du, 0x7fc00000u | (F::mantissa_mask << (23 - mantissa_bits)));
+    result = hn::IfThenElse(magnitude == hn::Set(du, F::nan_code), nan, result);
+  }
+  return result | sign;
+}
+
+// Whether vcvtneps2bf16 (x86/bf16.hpp) is used for this format, mode and width.
+template <minifloat_format F, class D>
+constexpr bool uses_bf16_instruction() {
+#if defined(__AVX512BF16__)
+  return std::is_same_v<F, bf16> && hn::MaxLanes(D()) == 16;
+#else
+  return false;
+#endif
+}
+
+// fp32 -> F on `d`'s lanes; see convert() in convert.hpp.
+template <minifloat_format F, class D>
+void encode_vector(D d, const float* from, F* to, std::size_t n, const cast_options& options,
+                   std::uint64_t first_index) {
+  constexpr std::size_t lanes = hn::MaxLanes(D());
+  const hn::RebindToUnsigned<D> du;
+  const hn::Rebind<typename F::storage_type, D> dstorage;
+  using storage = typename F::storage_type;
+  storage* out = storage_of(to);
+  const bool saturate = options.on_overflow == overflow::saturate;
+
+  const auto overflow_code = hn::Set(du, saturate          ? F::max_code
+                                         : F::has_infinity ? F::infinity_code
+                                                           : F::nan_code);
+  const auto narrow = [&](hn::Vec<decltype(du)> codes) TILEKERN_INLINE_LAMBDA {
+    if constexpr (sizeof(storage) == 4) {
+      return codes;
+    } else {
+      return hn::TruncateTo(dstorage, codes);
+    }
+  };
+  const auto encode = [&](const float* in, storage* block_out, auto round) TILEKERN_INLINE_LAMBDA {
+    const auto bits = hn::BitCast(du, hn::LoadU(d, in));
+    hn::StoreU(narrow(encode_lanes<F>(du, bits, round, overflow_code)), dstorage, block_out);
+  };
+
+  if (options.round == rounding::stochastic) {
+    const random_key key = random_key::from(options.seed, options.stream);
+    for_each_block<lanes>(
+        from, out, n, first_index,
+        [&](const float* in, storage* block_out, std::uint64_t index) TILEKERN_INLINE_LAMBDA {
+          encode(in, block_out,
+                 round_stochastic<hn::Vec<decltype(du)>>{random_lanes(du, key, index)});
+        });
+    return;
+  }
+  if (options.round == rounding::toward_zero) {
+    for_each_block<lanes>(
+        from, out, n, first_index,
+        [&](const float* in, storage* block_out, std::uint64_t)
+            TILEKERN_INLINE_LAMBDA { encode(in, block_out, round_toward_zero()); });
+    return;
+  }
+
+  // Round to nearest even from here on.
+  // Saturating turns each +-inf code into +-max, the code just below it.
+  const auto saturate_infinity = [&](auto codes) TILEKERN_INLINE_LAMBDA {
+    if (!saturate) return codes;
+    const auto infinity = hn::Set(dstorage, static_cast<storage>(F::infinity_code));
+    const auto magnitude = codes & hn::Set(dstorage, static_cast<storage>(F::magnitude_mask));
+    return codes + hn::VecFromMask(dstorage, magnitude == infinity);  // all ones = -1
+  };
+  if constexpr (std::is_same_v<F, fp16>) {
+    for_each_block<lanes>(from, out, n, first_index,
+                          [&](const float* in, storage* block_out, std::uint64_t)
+                              TILEKERN_INLINE_LAMBDA {
+                                const hn::Vec<decltype(dstorage)> codes{
+                                    x86::fp16_from_float_nearest(hn::LoadU(d, in).raw)};
+                                hn::StoreU(saturate_infinity(codes), dstorage, block_out);
+                              });
+    return;
+  }
+#if defined(__AVX512BF16__)
+  if constexpr (uses_bf16_instruction<F, D>()) {
+    for_each_block<lanes>(
+        from, out, n, first_index,
+        [&](const float* in, storage* block_out, std::uint64_t) TILEKERN_INLINE_LAMBDA {
+          const auto x = hn::LoadU(d, in);
+          // fp32 subnormals (magnitude bits 1..0x7fffff), which the instruction reads as 0.
+          const auto magnitude = hn::BitCast(du, x) & hn::Set(du, 0x7fffffffu);
+          if (!hn::AllFalse(du, magnitude - hn::Set(du, 1u) < hn::Set(du, 0x7fffffu))) {
+            encode(in, block_out, round_nearest_even());
+            return;
+          }
+          const hn::Vec<decltype(dstorage)> codes{x86::bf16_from_float_nearest(x.raw)};
+          hn::StoreU(saturate_infinity(codes), dstorage, block_out);
+        });
+    return;
+  }
+#endif
+  for_each_block<lanes>(
+      from, out, n, first_index,
+      [&](const float* in, storage* block_out, std::uint64_t)
+          TILEKERN_INLINE_LAMBDA { encode(in, block_out, round_nearest_even()); });
+}
+
+// F -> fp32 on `d`'s lanes; see convert() in convert.hpp.
+template <minifloat_format F, class D>
+void decode_vector(D d, const F* from, float* to, std::size_t n) {
+  constexpr std::size_t lanes = hn::MaxLanes(D());
+  const hn::RebindToUnsigned<D> du;
+  const hn::Rebind<typename F::storage_type, D> dstorage;
+  using storage = typename F::storage_type;
+  const storage* in = storage_of(from);
+  if constexpr (std::is_same_v<F, fp16>) {
+    for_each_block<lanes>(
+        in, to, n, 0,
+        [&](const storage* block_in, float* out, std::uint64_t) TILEKERN_INLINE_LAMBDA {
+          hn::StoreU(hn::Vec<D>{x86::float_from_fp16(hn::LoadU(dstorage, block_in).raw)}, d, out);
+        });
+    return;
+  }
+  for_each_block<lanes>(
+      in, to, n, 0, [&](const storage* block_in, float* out, std::uint64_t) TILEKERN_INLINE_LAMBDA {
+        const auto stored = hn::LoadU(dstorage, block_in);
+        hn::Vec<decltype(du)> codes;
+        if constexpr (sizeof(storage) == 4) {
+          codes = stored;
+        } else {
+          codes = hn::PromoteTo(du, stored);
+        }
+        hn::StoreU(hn::BitCast(d, decode_lanes<F>(du, codes)), d, out);
+      });
+}
+
+#endif  // TILEKERN_CONVERT_AVX2
+
+}  // namespace tilekern::detail

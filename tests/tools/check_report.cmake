@@ -1,0 +1,23 @@
+# tilekern-report --quick prints the machine line, the memcpy line, and a conversion row for
+# every format in FORMATS and every rounding mode.
+#   cmake -DPROGRAM=... "-DFORMATS=bf16;fp16;..." -P check_report.cmake
+execute_process(COMMAND ${PROGRAM} --quick RESULT_VARIABLE status OUTPUT_VARIABLE output
+                ERROR_VARIABLE errors)
+message("${output}${errors}")
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "exit status ${status}")
+endif()
+set(expected "machine: [a-z0-9]+ \\(cpu: " "\nmemcpy fp32 +[0-9]+ +[0-9.]+ +[0-9.]+\n")
+# format, rounding, then the 11 numeric columns: range, precision, speed, error (CMake's
+# regular expressions have no {10}, and at most 9 groups)
+string(REPEAT " +[-+0-9.einf]+" 11 numbers)
+foreach(format IN LISTS FORMATS)
+  foreach(rounding nearest zero stochastic)
+    list(APPEND expected "\n${format} +${rounding}${numbers}\n")
+  endforeach()
+endforeach()
+foreach(pattern IN LISTS expected)
+  if(NOT output MATCHES "${pattern}")
+    message(FATAL_ERROR "the report has no line matching '${pattern}'")
+  endif()
+endforeach()

@@ -1,0 +1,35 @@
+# Stochastic rounding in tilekern-fmt is reproducible: the same seed gives the same codes, run
+# after run, whether the values come from the command line or from standard input (INPUT holds
+# the same values as VALUES), and another seed gives other codes.
+#   cmake -DPROGRAM=... -DFORMAT=... "-DVALUES=a;b;..." -DINPUT=file -P check_stochastic.cmake
+function(encode seed input result)
+  set(values ${VALUES})
+  if(input)
+    set(values "")
+  else()
+    set(input /dev/null)
+  endif()
+  execute_process(COMMAND ${PROGRAM} encode ${FORMAT} --round stochastic --seed ${seed} ${values}
+                  INPUT_FILE ${input} RESULT_VARIABLE status OUTPUT_VARIABLE output)
+  if(NOT status EQUAL 0 OR output STREQUAL "")
+    message(FATAL_ERROR "encode with seed ${seed} failed (${status}):\n${output}")
+  endif()
+  set(${result} "${output}" PARENT_SCOPE)
+endfunction()
+
+encode(7 "" first)
+encode(7 "" second)
+encode(7 ${INPUT} from_input)
+encode(8 "" other_seed)
+message("seed 7:\n${first}seed 8:\n${other_seed}")
+if(NOT first STREQUAL second)
+  message(FATAL_ERROR "two runs with seed 7 differ:\n${second}")
+endif()
+string(REGEX REPLACE " +" " " first_columns "${first}")
+string(REGEX REPLACE " +" " " input_columns "${from_input}")
+if(NOT first_columns STREQUAL input_columns)
+  message(FATAL_ERROR "standard input gives other codes than the command line:\n${from_input}")
+endif()
+if(first STREQUAL other_seed)
+  message(FATAL_ERROR "seeds 7 and 8 give the same codes")
+endif()

@@ -1,0 +1,25 @@
+#pragma once
+// The sections of tilekern-report, in the order they print. Adding one (matmul, layernorm,
+// softmax, attention, a custom operator) takes a function `table name_section(const settings&)`
+// in its own .cpp here, built from report.hpp's pieces, and one line in `sections` below.
+
+#include <string_view>
+
+#include "report/report.hpp"
+
+namespace tilekern::report {
+
+table memory_section(const settings& options);
+table conversion_section(const settings& options);
+
+struct section {
+  std::string_view name;
+  table (*build)(const settings& options);
+};
+
+inline constexpr section sections[] = {
+    {"memory", memory_section},
+    {"conversion", conversion_section},
+};
+
+}  // namespace tilekern::report
