@@ -101,18 +101,19 @@ HWY_INLINE hn::Vec<DU> random_mix(DU du, hn::Vec<DU> x) {
   return x ^ hn::ShiftRight<15>(x);
 }
 
-// Lane j: random_bits(key, index + j). Where the low words of the indices wrap past 2^32 within
-// the vector (rarely: once per 2^32 elements), the lanes after the wrap carry one into the high
-// word.
+// Lane j: random_bits(key, index + j) = mix(counter(index) + j * step), with lane_steps holding
+// j * step. Where the low words of the indices wrap past 2^32 within the vector (once per 2^32
+// elements), the lanes after the wrap also add high_step, the Weyl step of the high word.
 template <class DU>
-HWY_INLINE hn::Vec<DU> random_lanes(DU du, random_key key, std::uint64_t index) {
+HWY_INLINE hn::Vec<DU> random_lanes(DU du, random_key key, hn::Vec<DU> lane_steps,
+                                    std::uint64_t index) {
+  auto counter = hn::Set(du, key.counter(index)) + lane_steps;
   const auto low_first = static_cast<std::uint32_t>(index);
-  const auto low = hn::Set(du, low_first) + hn::Iota(du, 0);
-  auto high = hn::Set(du, static_cast<std::uint32_t>(index >> 32));
   if (low_first > ~0u - (hn::MaxLanes(du) - 1)) [[unlikely]] {
-    high = high - hn::VecFromMask(du, low < hn::Set(du, low_first));  // all ones = -1
+    const auto wrapped = hn::Set(du, low_first) + hn::Iota(du, 0) < hn::Set(du, low_first);
+    counter = counter + hn::IfThenElseZero(wrapped, hn::Set(du, random_key::high_step));
   }
-  return random_mix(du, random_mix(du, low ^ hn::Set(du, key.lo)) ^ high ^ hn::Set(du, key.hi));
+  return random_mix(du, counter);
 }
 
 // The rounding modes as the 32-bit increment of each lane, given the lane's magnitude code
@@ -136,6 +137,21 @@ struct round_stochastic {
   HWY_INLINE V operator()(V) const { return random; }
 };
 
+// Rounding where every lane drops the same d = 23 - M low bits of its fp32 pattern (lanes in
+// F's normal range, or any lane when F's range starts at fp32's): with L the dropped bits and
+// k = 32 - d, L * 2^k + r carries out of 32 bits iff L + (r >> k) reaches 2^d. So add r >> k to
+// the fp32 bits and shift: the carry runs into the mantissa and the exponent by itself. Returns
+// the rounded fp32 exponent field and top M mantissa bits.
+template <int Dropped, class V, class Round>
+HWY_INLINE V round_fixed_shift(V magnitude_bits, Round round) {
+  if constexpr (Dropped == 0) {
+    return magnitude_bits;
+  } else {
+    const auto increment = round(hn::ShiftRight<Dropped>(magnitude_bits));
+    return hn::ShiftRight<Dropped>(magnitude_bits + hn::ShiftRight<32 - Dropped>(increment));
+  }
+}
+
 // F::from for every lane of `bits` (fp32 bit patterns): the stored code, padding included.
 //
 // As in minifloat.hpp, a lane rounds up iff `window + increment` carries out of 32 bits, where
@@ -152,20 +168,19 @@ HWY_INLINE hn::Vec<DU> encode_lanes(DU du, hn::Vec<DU> bits, Round round,
   constexpr std::uint32_t normal_field = 128 - F::bias;
   const auto magnitude_bits = bits & hn::Set(du, 0x7fffffffu);
 
-  hn::Vec<DU> magnitude = magnitude_bits;  // the rounded magnitude code
-  if constexpr (normal_field == 1) {
-    // Bias 127: F's range starts at fp32's, so every input (fp32 subnormals too) drops the low
-    // d = 23 - M bits and keeps its exponent field. With L the dropped bits and k = 32 - d,
-    // L * 2^k + r carries out of 32 bits iff L + (r >> k) reaches 2^d: so add r >> k to the
-    // fp32 bits and shift, and the carry runs into the mantissa and exponent by itself.
-    constexpr int dropped = 23 - mantissa_bits;
-    if constexpr (dropped != 0) {
-      const auto increment = round(hn::ShiftRight<dropped>(magnitude_bits));
-      magnitude = hn::ShiftRight<dropped>(magnitude_bits + hn::ShiftRight<32 - dropped>(increment));
-    }
+  hn::Vec<DU> magnitude;  // the rounded magnitude code
+  const auto exponent_field = hn::ShiftRight<23>(magnitude_bits);
+  const auto is_zero = magnitude_bits == hn::Zero(du);
+  const auto normal_or_zero = hn::Or(hn::Set(du, normal_field - 1) < exponent_field, is_zero);
+  if (normal_field == 1 || hn::AllTrue(du, normal_or_zero)) {
+    // Bias 127: every input (fp32 subnormals too) keeps its exponent field. Otherwise all lanes
+    // are zero or in F's normal range (inf and NaN too), where F's exponent field is fp32's
+    // minus normal_field - 1.
+    constexpr std::uint32_t rebias = (normal_field - 1) << mantissa_bits;
+    magnitude = round_fixed_shift<23 - mantissa_bits>(magnitude_bits, round) - hn::Set(du, rebias);
+    if constexpr (normal_field != 1) magnitude = hn::IfThenZeroElse(is_zero, magnitude);
   } else {
     const auto one = hn::Set(du, 1u);
-    const auto exponent_field = hn::ShiftRight<23>(magnitude_bits);
     // fp32 subnormals: exponent field 0 means 1 without the implicit bit.
     const auto significand =
         (bits & hn::Set(du, 0x7fffffu)) | hn::ShiftLeft<23>(hn::Min(exponent_field, one));
@@ -294,11 +309,12 @@ void encode_vector(D d, const float* from, F* to, std::size_t n, const cast_opti
 
   if (options.round == rounding::stochastic) {
     const random_key key = random_key::from(options.seed, options.stream);
+    const auto lane_steps = hn::Iota(du, 0) * hn::Set(du, key.step);
     for_each_block<lanes>(
         from, out, n, first_index,
         [&](const float* in, storage* block_out, std::uint64_t index) TILEKERN_INLINE_LAMBDA {
-          encode(in, block_out,
-                 round_stochastic<hn::Vec<decltype(du)>>{random_lanes(du, key, index)});
+          const auto random = random_lanes(du, key, lane_steps, index);
+          encode(in, block_out, round_stochastic<hn::Vec<decltype(du)>>{random});
         });
     return;
   }

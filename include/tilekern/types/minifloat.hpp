@@ -198,7 +198,25 @@ class minifloat {
       return std::bit_cast<float>(sign | 0x7fc00000u | (mantissa << (23 - MantissaBits)));
     }
     if (is_inf()) return std::bit_cast<float>(sign | 0x7f800000u);
-    return static_cast<float>(to_double());  // exact: every value is an fp32 value
+    // Built from integers, so that a caller's flush-to-zero mode cannot touch subnormals.
+    const std::uint32_t magnitude = code() & magnitude_mask;
+    const std::uint32_t exponent_field = magnitude >> MantissaBits;
+    const std::uint32_t mantissa = magnitude & mantissa_mask;
+    if (exponent_field != 0) {  // normal: rebias the exponent field
+      const std::uint32_t fp32_field = exponent_field + 127 - Bias;
+      return std::bit_cast<float>(sign | (fp32_field << 23) | (mantissa << (23 - MantissaBits)));
+    }
+    if (mantissa == 0) return std::bit_cast<float>(sign);
+    // Subnormal: mantissa * 2^(1 - Bias - M), normalised, or an fp32 subnormal below 2^-126.
+    const int top_bit = static_cast<int>(std::bit_width(mantissa)) - 1;
+    const int exponent = 1 - Bias - MantissaBits + top_bit;
+    if constexpr (Bias + MantissaBits > 127) {  // the smallest values are below 2^-126
+      if (exponent < -126) {
+        return std::bit_cast<float>(sign | (mantissa << (1 - Bias - MantissaBits + 149)));
+      }
+    }
+    const std::uint32_t fraction = (mantissa << (23 - top_bit)) & 0x7fffffu;
+    return std::bit_cast<float>(sign | (static_cast<std::uint32_t>(exponent + 127) << 23) | fraction);
   }
 
   explicit constexpr operator float() const { return to_float(); }

@@ -4,21 +4,25 @@
 // The bits for element `index` are a pure function of (seed, stream, index): no state, so any
 // split of a tensor into tiles, chunks or threads draws exactly the same bits for each element.
 //
-//   key            = two 32-bit words derived from (seed, stream) by splitmix64, once per cast
-//   bits(index)    = mix(mix(lo32(index) ^ key.lo) ^ hi32(index) ^ key.hi)
+//   k            = splitmix64(splitmix64(seed) ^ stream), once per cast
+//   step, offset = lo32(k) | 1, hi32(k)
+//   bits(index)  = mix(lo32(index) * step + hi32(index) * 0x9e3779b9 + offset)   (mod 2^32)
 //
-// `mix` is a two-multiply xorshift-multiply integer hash (Wellons' "lowbias32" family, constants
-// 0x21f0aaad / 0x735a2d97), a bijection of 32-bit words. So for fixed (seed, stream) the 2^32
-// indices of one 4 Gi-element block map to 2^32 distinct words: exactly uniform over a block.
-// Only 32-bit multiplies and shifts are used, so SIMD paths compute the same bits lane by lane.
+// A keyed Weyl sequence (odd step: every 32-bit word once per 2^32 indices) through `mix`, a
+// two-multiply xorshift-multiply hash (Wellons' "lowbias32" family, constants 0x21f0aaad /
+// 0x735a2d97) that is a bijection of 32-bit words. So for fixed (seed, stream) the 2^32 indices
+// of one 4 Gi-element block map to 2^32 distinct words: exactly uniform over a block. In SIMD
+// the Weyl step is one add per vector (lane j adds j * step), then two 32-bit multiplies.
 
 #include <cstdint>
 
 namespace tilekern {
 
 struct random_key {
-  std::uint32_t lo = 0;
-  std::uint32_t hi = 0;
+  std::uint32_t step = 1;    // odd
+  std::uint32_t offset = 0;
+
+  static constexpr std::uint32_t high_step = 0x9e3779b9u;  // for the index's high word
 
   static constexpr std::uint64_t splitmix64(std::uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;
@@ -29,7 +33,13 @@ struct random_key {
 
   static constexpr random_key from(std::uint64_t seed, std::uint64_t stream) {
     const std::uint64_t k = splitmix64(splitmix64(seed) ^ stream);
-    return {static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k >> 32)};
+    return {static_cast<std::uint32_t>(k) | 1u, static_cast<std::uint32_t>(k >> 32)};
+  }
+
+  // The Weyl counter of `index`, before mixing.
+  constexpr std::uint32_t counter(std::uint64_t index) const {
+    return static_cast<std::uint32_t>(index) * step +
+           static_cast<std::uint32_t>(index >> 32) * high_step + offset;
   }
 };
 
@@ -43,9 +53,7 @@ constexpr std::uint32_t random_mix(std::uint32_t x) {
 }
 
 constexpr std::uint32_t random_bits(random_key key, std::uint64_t index) {
-  const auto lo = static_cast<std::uint32_t>(index);
-  const auto hi = static_cast<std::uint32_t>(index >> 32);
-  return random_mix(random_mix(lo ^ key.lo) ^ hi ^ key.hi);
+  return random_mix(key.counter(index));
 }
 
 }  // namespace tilekern
