@@ -302,9 +302,32 @@ void encode_vector(D d, const float* from, F* to, std::size_t n, const cast_opti
       return hn::TruncateTo(dstorage, codes);
     }
   };
-  const auto encode = [&](const float* in, storage* block_out, auto round) TILEKERN_INLINE_LAMBDA {
+  const auto encode_generic = [&](const float* in, storage* block_out,
+                                  auto round) TILEKERN_INLINE_LAMBDA {
     const auto bits = hn::BitCast(du, hn::LoadU(d, in));
     hn::StoreU(narrow(encode_lanes<F>(du, bits, round, overflow_code)), dstorage, block_out);
+  };
+  // Toward zero and stochastic: round() gives the increment whatever its argument.
+  const auto encode = [&](const float* in, storage* block_out, auto round) TILEKERN_INLINE_LAMBDA {
+    if constexpr (std::is_same_v<F, fp16>) {
+      // Blocks whose results are all fp16 normals (2^-14 <= |x| and the rounded |x| < 2^16) or
+      // zeros: add the increment's top 13 bits to the fp32 bits (as round_fixed_shift does) and
+      // let vcvtps2ph truncate, which rebiases in hardware. Other blocks (fp16 subnormals,
+      // overflow, inf, NaN) take the general encoder.
+      const auto x = hn::LoadU(d, in);
+      const auto magnitude = hn::BitCast(du, x) & hn::Set(du, 0x7fffffffu);
+      const auto increment = hn::ShiftRight<19>(round(hn::Zero(du)));
+      const auto in_range = hn::And(
+          magnitude - hn::Set(du, 0x38800000u) < hn::Set(du, 0x47800000u - 0x38800000u),
+          magnitude + increment < hn::Set(du, 0x47800000u));
+      if (hn::AllTrue(du, hn::Or(in_range, magnitude == hn::Zero(du)))) {
+        const auto rounded = hn::BitCast(d, hn::BitCast(du, x) + increment);
+        hn::StoreU(hn::Vec<decltype(dstorage)>{x86::fp16_from_float_toward_zero(rounded.raw)},
+                   dstorage, block_out);
+        return;
+      }
+    }
+    encode_generic(in, block_out, round);
   };
 
   if (options.round == rounding::stochastic) {
@@ -353,7 +376,7 @@ void encode_vector(D d, const float* from, F* to, std::size_t n, const cast_opti
           // fp32 subnormals (magnitude bits 1..0x7fffff), which the instruction reads as 0.
           const auto magnitude = hn::BitCast(du, x) & hn::Set(du, 0x7fffffffu);
           if (!hn::AllFalse(du, magnitude - hn::Set(du, 1u) < hn::Set(du, 0x7fffffu))) {
-            encode(in, block_out, round_nearest_even());
+            encode_generic(in, block_out, round_nearest_even());
             return;
           }
           const hn::Vec<decltype(dstorage)> codes{x86::bf16_from_float_nearest(x.raw)};
@@ -365,7 +388,7 @@ void encode_vector(D d, const float* from, F* to, std::size_t n, const cast_opti
   for_each_block<lanes>(
       from, out, n, first_index,
       [&](const float* in, storage* block_out, std::uint64_t)
-          TILEKERN_INLINE_LAMBDA { encode(in, block_out, round_nearest_even()); });
+          TILEKERN_INLINE_LAMBDA { encode_generic(in, block_out, round_nearest_even()); });
 }
 
 // F -> fp32 on `d`'s lanes; see convert() in convert.hpp.
