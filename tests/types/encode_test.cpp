@@ -38,50 +38,51 @@ std::vector<std::uint32_t> deciding_words(double x) {
   return words;
 }
 
-// Checks from(float) and from(double) of x (and of -x) against the reference in every mode,
-// and that the two agree. `failures` collects mismatches.
-template <class F>
-void check_float(float x, mismatches& failures) {
-  for (const float value : {x, -x}) {
+// Calls check(value, round, on_overflow, word, want) for x and -x in every rounding and overflow
+// mode, with the random words that decide stochastic rounding, and the reference's code.
+template <class F, class T, class Check>
+void for_each_mode(T x, Check&& check) {
+  for (const T value : {x, -x}) {
     for (rounding round : roundings) {
       const auto words =
           round == rounding::stochastic ? deciding_words<F>(value) : std::vector<std::uint32_t>{0u};
       for (overflow on_overflow : overflows) {
         for (std::uint32_t word : words) {
-          const std::uint32_t want = encode<F>(value, round, on_overflow, word);
-          const std::uint32_t got = F::from(value, round, on_overflow, word).code();
-          const std::uint32_t got_double =
-              F::from(static_cast<double>(value), round, on_overflow, word).code();
-          if (got != want || got_double != want) {
-            failures.add(format_name<F>(), " from(", value, ") ", name(round), " ",
-                         name(on_overflow), " word ", hex(word), ": float ", hex(got), ", double ",
-                         hex(got_double), ", expected ", hex(want));
-          }
+          check(value, round, on_overflow, word, encode<F>(value, round, on_overflow, word));
         }
       }
     }
   }
 }
 
+// Checks from(float) and from(double) of x (and of -x) against the reference in every mode,
+// and that the two agree. `failures` collects mismatches.
+template <class F>
+void check_float(float x, mismatches& failures) {
+  for_each_mode<F>(x, [&](float value, rounding round, overflow on_overflow, std::uint32_t word,
+                          std::uint32_t want) {
+    const std::uint32_t got = F::from(value, round, on_overflow, word).code();
+    const std::uint32_t got_double =
+        F::from(static_cast<double>(value), round, on_overflow, word).code();
+    if (got != want || got_double != want) {
+      failures.add(format_name<F>(), " from(", value, ") ", name(round), " ", name(on_overflow),
+                   " word ", hex(word), ": float ", hex(got), ", double ", hex(got_double),
+                   ", expected ", hex(want));
+    }
+  });
+}
+
 template <class F>
 void check_double(double x, mismatches& failures) {
-  for (const double value : {x, -x}) {
-    for (rounding round : roundings) {
-      const auto words =
-          round == rounding::stochastic ? deciding_words<F>(value) : std::vector<std::uint32_t>{0u};
-      for (overflow on_overflow : overflows) {
-        for (std::uint32_t word : words) {
-          const std::uint32_t want = encode<F>(value, round, on_overflow, word);
-          const std::uint32_t got = F::from(value, round, on_overflow, word).code();
-          if (got != want) {
-            failures.add(format_name<F>(), " from(double ", value, ") ", name(round), " ",
-                         name(on_overflow), " word ", hex(word), ": ", hex(got), ", expected ",
-                         hex(want));
-          }
-        }
-      }
+  for_each_mode<F>(x, [&](double value, rounding round, overflow on_overflow, std::uint32_t word,
+                          std::uint32_t want) {
+    const std::uint32_t got = F::from(value, round, on_overflow, word).code();
+    if (got != want) {
+      failures.add(format_name<F>(), " from(double ", value, ") ", name(round), " ",
+                   name(on_overflow), " word ", hex(word), ": ", hex(got), ", expected ",
+                   hex(want));
     }
-  }
+  });
 }
 
 TEST_CASE("encode: midpoints, neighbours and one fp32 ulp either side, in every mode") {
