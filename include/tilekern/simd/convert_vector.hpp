@@ -76,11 +76,17 @@ const auto* storage_of(const F* values) {
 
 // Calls block(in, out, index) for blocks of `Lanes` elements. A last partial block is staged
 // through stack buffers, so that nothing outside [from, from + n) or [to, to + n) is touched.
-// noipa: a caller's constant n (say 4) would otherwise reach the loop, and GCC 12 warns
-// (-Warray-bounds) about the full-vector accesses it can no longer reach; one call per convert().
+// Not inlined, nor cloned for constants (GCC's noipa): a caller's constant n (say 4) would
+// otherwise reach the loop, and GCC 12 warns (-Warray-bounds) about the full-vector accesses it
+// can no longer reach; one call per convert().
+#if defined(__clang__)
+#define TILEKERN_OPAQUE_CALL __attribute__((noinline))
+#else
+#define TILEKERN_OPAQUE_CALL __attribute__((noipa))
+#endif
 template <std::size_t Lanes, class In, class Out, class Block>
-__attribute__((noipa)) void for_each_block(const In* from, Out* to, std::size_t n,
-                                           std::uint64_t first_index, Block&& block) {
+TILEKERN_OPAQUE_CALL void for_each_block(const In* from, Out* to, std::size_t n,
+                                         std::uint64_t first_index, Block&& block) {
   std::size_t i = 0;
   for (; i + Lanes <= n; i += Lanes) block(from + i, to + i, first_index + i);
   if (i == n) return;
@@ -317,9 +323,9 @@ void encode_vector(D d, const float* from, F* to, std::size_t n, const cast_opti
       const auto x = hn::LoadU(d, in);
       const auto magnitude = hn::BitCast(du, x) & hn::Set(du, 0x7fffffffu);
       const auto increment = hn::ShiftRight<19>(round(hn::Zero(du)));
-      const auto in_range = hn::And(
-          magnitude - hn::Set(du, 0x38800000u) < hn::Set(du, 0x47800000u - 0x38800000u),
-          magnitude + increment < hn::Set(du, 0x47800000u));
+      const auto in_range =
+          hn::And(magnitude - hn::Set(du, 0x38800000u) < hn::Set(du, 0x47800000u - 0x38800000u),
+                  magnitude + increment < hn::Set(du, 0x47800000u));
       if (hn::AllTrue(du, hn::Or(in_range, magnitude == hn::Zero(du)))) {
         const auto rounded = hn::BitCast(d, hn::BitCast(du, x) + increment);
         hn::StoreU(hn::Vec<decltype(dstorage)>{x86::fp16_from_float_toward_zero(rounded.raw)},
