@@ -313,19 +313,22 @@ void encode_vector(D d, const float* from, F* to, std::size_t n, const cast_opti
     const auto bits = hn::BitCast(du, hn::LoadU(d, in));
     hn::StoreU(narrow(encode_lanes<F>(du, bits, round, overflow_code)), dstorage, block_out);
   };
-  // Toward zero and stochastic: round() gives the increment whatever its argument.
-  const auto encode = [&](const float* in, storage* block_out, auto round) TILEKERN_INLINE_LAMBDA {
+  // Toward zero and stochastic only: their round() gives the increment whatever its argument
+  // (nearest even's depends on the lane's lsb, so it takes encode_generic).
+  const auto encode_truncating = [&](const float* in, storage* block_out,
+                                     auto round) TILEKERN_INLINE_LAMBDA {
     if constexpr (std::is_same_v<F, fp16>) {
-      // Blocks whose results are all fp16 normals (2^-14 <= |x| and the rounded |x| < 2^16) or
-      // zeros: add the increment's top 13 bits to the fp32 bits (as round_fixed_shift does) and
-      // let vcvtps2ph truncate, which rebiases in hardware. Other blocks (fp16 subnormals,
-      // overflow, inf, NaN) take the general encoder.
+      // Blocks whose results are all fp16 normals or zeros: add the increment's top 13 bits to
+      // the fp32 bits (as round_fixed_shift does) and let vcvtps2ph truncate, which rebiases in
+      // hardware. Other blocks (fp16 subnormals, overflow, inf, NaN) take the general encoder.
+      constexpr std::uint32_t min_normal = 0x38800000u;     // 2^-14 as fp32 bits
+      constexpr std::uint32_t overflow_bits = 0x47800000u;  // 2^16: rounds to no fp16 normal
       const auto x = hn::LoadU(d, in);
       const auto magnitude = hn::BitCast(du, x) & hn::Set(du, 0x7fffffffu);
       const auto increment = hn::ShiftRight<19>(round(hn::Zero(du)));
       const auto in_range =
-          hn::And(magnitude - hn::Set(du, 0x38800000u) < hn::Set(du, 0x47800000u - 0x38800000u),
-                  magnitude + increment < hn::Set(du, 0x47800000u));
+          hn::And(magnitude - hn::Set(du, min_normal) < hn::Set(du, overflow_bits - min_normal),
+                  magnitude + increment < hn::Set(du, overflow_bits));
       if (hn::AllTrue(du, hn::Or(in_range, magnitude == hn::Zero(du)))) {
         const auto rounded = hn::BitCast(d, hn::BitCast(du, x) + increment);
         hn::StoreU(hn::Vec<decltype(dstorage)>{x86::fp16_from_float_toward_zero(rounded.raw)},
@@ -343,7 +346,7 @@ void encode_vector(D d, const float* from, F* to, std::size_t n, const cast_opti
         from, out, n, first_index,
         [&](const float* in, storage* block_out, std::uint64_t index) TILEKERN_INLINE_LAMBDA {
           const auto random = random_lanes(du, key, lane_steps, index);
-          encode(in, block_out, round_stochastic<hn::Vec<decltype(du)>>{random});
+          encode_truncating(in, block_out, round_stochastic<hn::Vec<decltype(du)>>{random});
         });
     return;
   }
@@ -351,7 +354,7 @@ void encode_vector(D d, const float* from, F* to, std::size_t n, const cast_opti
     for_each_block<lanes>(
         from, out, n, first_index,
         [&](const float* in, storage* block_out, std::uint64_t)
-            TILEKERN_INLINE_LAMBDA { encode(in, block_out, round_toward_zero()); });
+            TILEKERN_INLINE_LAMBDA { encode_truncating(in, block_out, round_toward_zero()); });
     return;
   }
 

@@ -56,20 +56,23 @@ constexpr std::optional<isa> parse_isa(std::string_view text) {
 }
 
 // The path levels mean: avx2 = AVX2 + FMA + F16C; avx512 = AVX-512 F, BW, DQ and VL (with
-// AVX512-BF16 and AVX512-FP16 instructions used where present); amx = avx512 + AMX-TILE/BF16.
+// AVX512-BF16 instructions used where present; AVX512-FP16 is detected and reported, and no
+// path needs it yet); amx = avx512 + AMX-TILE/BF16.
 struct cpu_features {
-  bool avx2 = false;  // with FMA, F16C and OS support for ymm state
+  bool avx2 = false;    // with FMA, F16C and OS support for ymm state
   bool avx512 = false;  // F, BW, DQ, VL and OS support for zmm state
   bool avx512_bf16 = false;
   bool avx512_fp16 = false;
-  bool amx = false;  // AMX-TILE and AMX-BF16, XTILEDATA enabled by the OS
+  bool amx = false;            // AMX-TILE and AMX-BF16, XTILEDATA enabled by the OS
   bool amx_permitted = false;  // and Linux granted this process the tile data state
 };
 
 namespace detail {
 
 #if defined(__x86_64__) || defined(__i386__)
-constexpr bool bit(unsigned word, int position) { return ((word >> position) & 1u) != 0; }
+constexpr bool bit(unsigned word, int position) {
+  return ((word >> position) & 1u) != 0;
+}
 
 inline cpu_features detect_cpu_features() {
   cpu_features features;
@@ -105,7 +108,9 @@ inline cpu_features detect_cpu_features() {
   return features;
 }
 #else
-inline cpu_features detect_cpu_features() { return {}; }
+inline cpu_features detect_cpu_features() {
+  return {};
+}
 #endif
 
 inline std::atomic<int>& isa_cap_override() {

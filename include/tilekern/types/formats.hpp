@@ -16,13 +16,20 @@ using named_formats = std::tuple<bf16, fp16, tf32, fp8_e4m3, fp8_e4m3fn, fp8_e5m
 // "bf16", ..., or for an unnamed minifloat "e{E}m{M}b{Bias}" with "fn" appended for `fn`.
 template <minifloat_format F>
 std::string format_name() {
-  if constexpr (std::is_same_v<F, bf16>) return "bf16";
-  else if constexpr (std::is_same_v<F, fp16>) return "fp16";
-  else if constexpr (std::is_same_v<F, tf32>) return "tf32";
-  else if constexpr (std::is_same_v<F, fp8_e4m3>) return "fp8_e4m3";
-  else if constexpr (std::is_same_v<F, fp8_e4m3fn>) return "fp8_e4m3fn";
-  else if constexpr (std::is_same_v<F, fp8_e5m2>) return "fp8_e5m2";
-  else if constexpr (std::is_same_v<F, fp8_e3m4>) return "fp8_e3m4";
+  if constexpr (std::is_same_v<F, bf16>)
+    return "bf16";
+  else if constexpr (std::is_same_v<F, fp16>)
+    return "fp16";
+  else if constexpr (std::is_same_v<F, tf32>)
+    return "tf32";
+  else if constexpr (std::is_same_v<F, fp8_e4m3>)
+    return "fp8_e4m3";
+  else if constexpr (std::is_same_v<F, fp8_e4m3fn>)
+    return "fp8_e4m3fn";
+  else if constexpr (std::is_same_v<F, fp8_e5m2>)
+    return "fp8_e5m2";
+  else if constexpr (std::is_same_v<F, fp8_e3m4>)
+    return "fp8_e3m4";
   else {
     // Appended, not "e" + ...: gcc 12's -Wrestrict misfires on operator+(const char*, string&&).
     std::string text = "e";

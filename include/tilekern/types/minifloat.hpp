@@ -103,8 +103,7 @@ class minifloat {
   static constexpr std::uint32_t magnitude_mask = (1u << (ExponentBits + MantissaBits)) - 1;
   static constexpr std::uint32_t sign_code = 1u << (ExponentBits + MantissaBits);
   static constexpr std::uint32_t infinity_code = has_infinity ? magnitude_mask - mantissa_mask : 0;
-  static constexpr std::uint32_t max_code =
-      has_infinity ? infinity_code - 1 : magnitude_mask - 1;
+  static constexpr std::uint32_t max_code = has_infinity ? infinity_code - 1 : magnitude_mask - 1;
   static constexpr std::uint32_t quiet_bit = 1u << (MantissaBits - 1);
   static constexpr std::uint32_t nan_code =
       has_infinity ? infinity_code | quiet_bit : magnitude_mask;
@@ -186,7 +185,8 @@ class minifloat {
     if (is_nan() || is_inf()) return static_cast<double>(to_float());
     const std::uint32_t exponent_field = magnitude >> MantissaBits;
     const std::uint32_t mantissa = magnitude & mantissa_mask;
-    const std::uint32_t significand = exponent_field != 0 ? mantissa | (1u << MantissaBits) : mantissa;
+    const std::uint32_t significand =
+        exponent_field != 0 ? mantissa | (1u << MantissaBits) : mantissa;
     const int exponent = static_cast<int>(std::max(exponent_field, 1u)) - Bias - MantissaBits;
     return sign * static_cast<double>(significand) * detail::power_of_two(exponent);
   }
@@ -216,7 +216,8 @@ class minifloat {
       }
     }
     const std::uint32_t fraction = (mantissa << (23 - top_bit)) & 0x7fffffu;
-    return std::bit_cast<float>(sign | (static_cast<std::uint32_t>(exponent + 127) << 23) | fraction);
+    return std::bit_cast<float>(sign | (static_cast<std::uint32_t>(exponent + 127) << 23) |
+                                fraction);
   }
 
   explicit constexpr operator float() const { return to_float(); }
@@ -336,9 +337,13 @@ class std::numeric_limits<tilekern::minifloat<E, M, B, S>> {
   static constexpr bool tinyness_before = false;
 
   static constexpr type min() noexcept { return type::from_code(1u << M); }
-  static constexpr type lowest() noexcept { return type::from_code(type::sign_code | type::max_code); }
+  static constexpr type lowest() noexcept {
+    return type::from_code(type::sign_code | type::max_code);
+  }
   static constexpr type max() noexcept { return type::from_code(type::max_code); }
-  static constexpr type epsilon() noexcept { return type::from(tilekern::detail::power_of_two(-M)); }
+  static constexpr type epsilon() noexcept {
+    return type::from(tilekern::detail::power_of_two(-M));
+  }
   static constexpr type round_error() noexcept { return type::from(0.5); }
   static constexpr type infinity() noexcept {
     return has_infinity ? type::from_code(type::infinity_code) : type{};

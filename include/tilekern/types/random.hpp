@@ -19,7 +19,7 @@
 namespace tilekern {
 
 struct random_key {
-  std::uint32_t step = 1;    // odd
+  std::uint32_t step = 1;  // odd
   std::uint32_t offset = 0;
 
   static constexpr std::uint32_t high_step = 0x9e3779b9u;  // for the index's high word

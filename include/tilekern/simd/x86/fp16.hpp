@@ -4,8 +4,9 @@
 // vcvtps2ph with an immediate rounding mode ignores MXCSR.RC; round to nearest even gives
 // tilekern's fp16 rounding (types/minifloat.hpp) with standard overflow, NaNs quieted with the
 // top 10 payload bits kept. Toward zero matches it for results that are fp16 normals (IEEE's
-// toward-zero overflow gives max where tilekern gives inf). vcvtph2ps is exact and quiets NaNs keeping the payload, as
-// fp16::to_float does. Both handle fp16 subnormals in hardware, whatever MXCSR.DAZ/FTZ say.
+// toward-zero overflow gives max where tilekern gives inf). vcvtph2ps is exact and quiets NaNs
+// keeping the payload, as fp16::to_float does. Both handle fp16 subnormals in hardware, whatever
+// MXCSR.DAZ/FTZ say.
 
 #include <immintrin.h>
 
