@@ -3,6 +3,9 @@ include(CMakeFindDependencyMacro)
 find_dependency(hwy)
 # Debian's xsimd CMake target links a missing xtl; use its include directory directly.
 find_path(TILEKERN_XSIMD_INCLUDE_DIR xsimd/xsimd.hpp REQUIRED)
+# Optional: the gpsimd engine runs its logical cores on OpenMP threads when it is found, and on
+# the calling thread otherwise.
+find_package(OpenMP QUIET COMPONENTS CXX)
 
 # -march=VALUE for everything that includes tilekern (and Highway's AVX3_DL target, which
 # Highway 1.0.3 requires once -march=native enables it). WHERE is BUILD or INSTALL.

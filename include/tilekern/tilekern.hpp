@@ -1,9 +1,12 @@
 #pragma once
 // Everything in tilekern.
 
+#include "tilekern/engine/gpsimd.hpp"
 #include "tilekern/error.hpp"
 #include "tilekern/simd/convert.hpp"
 #include "tilekern/simd/isa.hpp"
+#include "tilekern/tile/tile.hpp"
+#include "tilekern/tile/view.hpp"
 #include "tilekern/types/formats.hpp"
 #include "tilekern/types/minifloat.hpp"
 #include "tilekern/types/random.hpp"

@@ -234,6 +234,12 @@ HWY_INLINE hn::Vec<DU> decode_lanes(DU du, hn::Vec<DU> codes) {
   constexpr int mantissa_bits = F::mantissa_bits;
   constexpr int bias = F::bias;
   const auto code = hn::ShiftRight<F::padding_bits>(codes);
+  if constexpr (F::exponent_bits == 8 && F::has_infinity) {
+    // fp32's exponent field (bf16, tf32): the code, shifted, is the fp32 pattern; NaNs are quieted.
+    const auto bits = hn::ShiftLeft<23 - mantissa_bits>(code);
+    const auto is_nan = (bits & hn::Set(du, 0x7fffffffu)) > hn::Set(du, 0x7f800000u);
+    return hn::IfThenElse(is_nan, bits | hn::Set(du, 0x400000u), bits);
+  }
   const auto magnitude = code & hn::Set(du, F::magnitude_mask);
   const auto sign = hn::ShiftLeft<31 - (F::code_bits - 1)>(code & hn::Set(du, F::sign_code));
 
@@ -287,146 +293,160 @@ constexpr bool uses_bf16_instruction() {
 #endif
 }
 
-// fp32 -> F on `d`'s lanes; see convert() in convert.hpp.
-template <minifloat_format F, class D>
-void encode_vector(D d, const float* from, F* to, std::size_t n, const cast_options& options,
-                   std::uint64_t first_index) {
-  constexpr std::size_t lanes = hn::MaxLanes(D());
-  const hn::RebindToUnsigned<D> du;
-  const hn::Rebind<typename F::storage_type, D> dstorage;
-  using storage = typename F::storage_type;
-  storage* out = storage_of(to);
-  const bool saturate = options.on_overflow == overflow::saturate;
+// The rounding mode as a compile-time value, so that a block loop is compiled once per mode.
+template <rounding Mode>
+using rounding_constant = std::integral_constant<rounding, Mode>;
 
-  const auto overflow_code = hn::Set(du, saturate          ? F::max_code
-                                         : F::has_infinity ? F::infinity_code
-                                                           : F::nan_code);
-  const auto narrow = [&](hn::Vec<decltype(du)> codes) TILEKERN_INLINE_LAMBDA {
+template <class Body>
+decltype(auto) visit_rounding(rounding mode, Body&& body) {
+  switch (mode) {
+    case rounding::stochastic:
+      return body(rounding_constant<rounding::stochastic>());
+    case rounding::toward_zero:
+      return body(rounding_constant<rounding::toward_zero>());
+    case rounding::nearest_even:
+      break;
+  }
+  return body(rounding_constant<rounding::nearest_even>());
+}
+
+// One block of fp32 lanes of `D` to F's codes, rounding in `Mode`, with the overflow mode, seed and
+// stream of the cast_options it was made with: the per-block work of encode_vector, which the
+// gpsimd engine also calls on the results of user code.
+template <minifloat_format F, class D, rounding Mode>
+class vector_encoder {
+ public:
+  using storage = typename F::storage_type;
+
+  vector_encoder(D, const cast_options& options)
+      : lane_steps_(hn::Iota(du_, 0) *
+                    hn::Set(du_, random_key::from(options.seed, options.stream).step)),
+        overflow_code_(hn::Set(du_, options.on_overflow == overflow::saturate ? F::max_code
+                                    : F::has_infinity                         ? F::infinity_code
+                                                                              : F::nan_code)),
+        key_(random_key::from(options.seed, options.stream)),
+        saturate_(options.on_overflow == overflow::saturate) {}
+
+  // Stores the codes of x, the elements with indices index, index + 1, ..., at out.
+  HWY_INLINE void operator()(hn::Vec<D> x, storage* out, std::uint64_t index) const {
+    if constexpr (Mode == rounding::stochastic) {
+      const auto random = random_lanes(du_, key_, lane_steps_, index);
+      encode_truncating(x, out, round_stochastic<hn::Vec<DU>>{random});
+    } else if constexpr (Mode == rounding::toward_zero) {
+      encode_truncating(x, out, round_toward_zero());
+    } else if constexpr (std::is_same_v<F, fp16>) {
+      const hn::Vec<DS> codes{x86::fp16_from_float_nearest(x.raw)};
+      hn::StoreU(saturate_infinity(codes), dstorage_, out);
+    } else if constexpr (uses_bf16_instruction<F, D>()) {
+#if defined(__AVX512BF16__)
+      // fp32 subnormals (magnitude bits 1..0x7fffff), which the instruction reads as 0. (Not
+      // vfpclassps: it honours MXCSR.DAZ.)
+      const auto magnitude = hn::BitCast(du_, x) & hn::Set(du_, 0x7fffffffu);
+      if (!hn::AllFalse(du_, magnitude - hn::Set(du_, 1u) < hn::Set(du_, 0x7fffffu))) {
+        encode_generic(x, out, round_nearest_even());
+        return;
+      }
+      const hn::Vec<DS> codes{x86::bf16_from_float_nearest(x.raw)};
+      hn::StoreU(saturate_infinity(codes), dstorage_, out);
+#endif
+    } else {
+      encode_generic(x, out, round_nearest_even());
+    }
+  }
+
+ private:
+  using DU = hn::RebindToUnsigned<D>;
+  using DS = hn::Rebind<storage, D>;
+
+  HWY_INLINE auto narrow(hn::Vec<DU> codes) const {
     if constexpr (sizeof(storage) == 4) {
       return codes;
     } else {
-      return hn::TruncateTo(dstorage, codes);
+      return hn::TruncateTo(dstorage_, codes);
     }
-  };
-  const auto encode_generic = [&](const float* in, storage* block_out,
-                                  auto round) TILEKERN_INLINE_LAMBDA {
-    const auto bits = hn::BitCast(du, hn::LoadU(d, in));
-    hn::StoreU(narrow(encode_lanes<F>(du, bits, round, overflow_code)), dstorage, block_out);
-  };
+  }
+
+  template <class Round>
+  HWY_INLINE void encode_generic(hn::Vec<D> x, storage* out, Round round) const {
+    const auto bits = hn::BitCast(du_, x);
+    hn::StoreU(narrow(encode_lanes<F>(du_, bits, round, overflow_code_)), dstorage_, out);
+  }
+
   // Toward zero and stochastic only: their round() gives the increment whatever its argument
   // (nearest even's depends on the lane's lsb, so it takes encode_generic).
-  const auto encode_truncating = [&](const float* in, storage* block_out,
-                                     auto round) TILEKERN_INLINE_LAMBDA {
+  template <class Round>
+  HWY_INLINE void encode_truncating(hn::Vec<D> x, storage* out, Round round) const {
     if constexpr (std::is_same_v<F, fp16>) {
       // Blocks whose results are all fp16 normals or zeros: add the increment's top 13 bits to
       // the fp32 bits (as round_fixed_shift does) and let vcvtps2ph truncate, which rebiases in
       // hardware. Other blocks (fp16 subnormals, overflow, inf, NaN) take the general encoder.
       constexpr std::uint32_t min_normal = 0x38800000u;     // 2^-14 as fp32 bits
       constexpr std::uint32_t overflow_bits = 0x47800000u;  // 2^16: rounds to no fp16 normal
-      const auto x = hn::LoadU(d, in);
-      const auto magnitude = hn::BitCast(du, x) & hn::Set(du, 0x7fffffffu);
-      const auto increment = hn::ShiftRight<19>(round(hn::Zero(du)));
+      const auto magnitude = hn::BitCast(du_, x) & hn::Set(du_, 0x7fffffffu);
+      const auto increment = hn::ShiftRight<19>(round(hn::Zero(du_)));
       const auto in_range =
-          hn::And(magnitude - hn::Set(du, min_normal) < hn::Set(du, overflow_bits - min_normal),
-                  magnitude + increment < hn::Set(du, overflow_bits));
-      if (hn::AllTrue(du, hn::Or(in_range, magnitude == hn::Zero(du)))) {
-        const auto rounded = hn::BitCast(d, hn::BitCast(du, x) + increment);
-        hn::StoreU(hn::Vec<decltype(dstorage)>{x86::fp16_from_float_toward_zero(rounded.raw)},
-                   dstorage, block_out);
+          hn::And(magnitude - hn::Set(du_, min_normal) < hn::Set(du_, overflow_bits - min_normal),
+                  magnitude + increment < hn::Set(du_, overflow_bits));
+      if (hn::AllTrue(du_, hn::Or(in_range, magnitude == hn::Zero(du_)))) {
+        const auto rounded = hn::BitCast(D(), hn::BitCast(du_, x) + increment);
+        hn::StoreU(hn::Vec<DS>{x86::fp16_from_float_toward_zero(rounded.raw)}, dstorage_, out);
         return;
       }
     }
-    encode_generic(in, block_out, round);
-  };
-
-  if (options.round == rounding::stochastic) {
-    const random_key key = random_key::from(options.seed, options.stream);
-    const auto lane_steps = hn::Iota(du, 0) * hn::Set(du, key.step);
-    for_each_block<lanes>(
-        from, out, n, first_index,
-        [&](const float* in, storage* block_out, std::uint64_t index) TILEKERN_INLINE_LAMBDA {
-          const auto random = random_lanes(du, key, lane_steps, index);
-          encode_truncating(in, block_out, round_stochastic<hn::Vec<decltype(du)>>{random});
-        });
-    return;
-  }
-  if (options.round == rounding::toward_zero) {
-    for_each_block<lanes>(
-        from, out, n, first_index,
-        [&](const float* in, storage* block_out, std::uint64_t)
-            TILEKERN_INLINE_LAMBDA { encode_truncating(in, block_out, round_toward_zero()); });
-    return;
+    encode_generic(x, out, round);
   }
 
-  // Round to nearest even from here on.
   // Saturating turns each +-inf code into +-max, the code just below it.
-  const auto saturate_infinity = [&](auto codes) TILEKERN_INLINE_LAMBDA {
-    if (!saturate) return codes;
-    const auto infinity = hn::Set(dstorage, static_cast<storage>(F::infinity_code));
-    const auto magnitude = codes & hn::Set(dstorage, static_cast<storage>(F::magnitude_mask));
-    return codes + hn::VecFromMask(dstorage, magnitude == infinity);  // all ones = -1
-  };
+  HWY_INLINE hn::Vec<DS> saturate_infinity(hn::Vec<DS> codes) const {
+    if (!saturate_) return codes;
+    const auto infinity = hn::Set(dstorage_, static_cast<storage>(F::infinity_code));
+    const auto magnitude = codes & hn::Set(dstorage_, static_cast<storage>(F::magnitude_mask));
+    return codes + hn::VecFromMask(dstorage_, magnitude == infinity);  // all ones = -1
+  }
+
+  static constexpr DU du_{};
+  static constexpr DS dstorage_{};
+  hn::Vec<DU> lane_steps_;
+  hn::Vec<DU> overflow_code_;
+  random_key key_;
+  bool saturate_;
+};
+
+// One block of F's codes at `in` to fp32 lanes of `D`, exactly: the per-block work of
+// decode_vector.
+template <minifloat_format F, class D>
+HWY_INLINE hn::Vec<D> decode_block(D d, const typename F::storage_type* in) {
+  const hn::Rebind<typename F::storage_type, D> dstorage;
   if constexpr (std::is_same_v<F, fp16>) {
-    for_each_block<lanes>(from, out, n, first_index,
-                          [&](const float* in, storage* block_out, std::uint64_t)
-                              TILEKERN_INLINE_LAMBDA {
-                                const hn::Vec<decltype(dstorage)> codes{
-                                    x86::fp16_from_float_nearest(hn::LoadU(d, in).raw)};
-                                hn::StoreU(saturate_infinity(codes), dstorage, block_out);
-                              });
-    return;
+    return hn::Vec<D>{x86::float_from_fp16(hn::LoadU(dstorage, in).raw)};
+  } else if constexpr (sizeof(typename F::storage_type) == 4) {
+    return hn::BitCast(d, decode_lanes<F>(hn::RebindToUnsigned<D>(), hn::LoadU(dstorage, in)));
+  } else {
+    const hn::RebindToUnsigned<D> du;
+    return hn::BitCast(d, decode_lanes<F>(du, hn::PromoteTo(du, hn::LoadU(dstorage, in))));
   }
-#if defined(__AVX512BF16__)
-  if constexpr (uses_bf16_instruction<F, D>()) {
-    for_each_block<lanes>(
-        from, out, n, first_index,
-        [&](const float* in, storage* block_out, std::uint64_t) TILEKERN_INLINE_LAMBDA {
-          const auto x = hn::LoadU(d, in);
-          // fp32 subnormals (magnitude bits 1..0x7fffff), which the instruction reads as 0.
-          const auto magnitude = hn::BitCast(du, x) & hn::Set(du, 0x7fffffffu);
-          if (!hn::AllFalse(du, magnitude - hn::Set(du, 1u) < hn::Set(du, 0x7fffffu))) {
-            encode_generic(in, block_out, round_nearest_even());
-            return;
-          }
-          const hn::Vec<decltype(dstorage)> codes{x86::bf16_from_float_nearest(x.raw)};
-          hn::StoreU(saturate_infinity(codes), dstorage, block_out);
-        });
-    return;
-  }
-#endif
-  for_each_block<lanes>(
-      from, out, n, first_index,
-      [&](const float* in, storage* block_out, std::uint64_t)
-          TILEKERN_INLINE_LAMBDA { encode_generic(in, block_out, round_nearest_even()); });
+}
+
+// fp32 -> F on `d`'s lanes; see convert() in convert.hpp.
+template <minifloat_format F, class D>
+void encode_vector(D d, const float* from, F* to, std::size_t n, const cast_options& options,
+                   std::uint64_t first_index) {
+  visit_rounding(options.round, [&](auto mode) {
+    const vector_encoder<F, D, decltype(mode)::value> encode(d, options);
+    for_each_block<hn::MaxLanes(D())>(
+        from, storage_of(to), n, first_index,
+        [&](const float* in, typename F::storage_type* out, std::uint64_t index)
+            TILEKERN_INLINE_LAMBDA { encode(hn::LoadU(d, in), out, index); });
+  });
 }
 
 // F -> fp32 on `d`'s lanes; see convert() in convert.hpp.
 template <minifloat_format F, class D>
 void decode_vector(D d, const F* from, float* to, std::size_t n) {
-  constexpr std::size_t lanes = hn::MaxLanes(D());
-  const hn::RebindToUnsigned<D> du;
-  const hn::Rebind<typename F::storage_type, D> dstorage;
-  using storage = typename F::storage_type;
-  const storage* in = storage_of(from);
-  if constexpr (std::is_same_v<F, fp16>) {
-    for_each_block<lanes>(
-        in, to, n, 0,
-        [&](const storage* block_in, float* out, std::uint64_t) TILEKERN_INLINE_LAMBDA {
-          hn::StoreU(hn::Vec<D>{x86::float_from_fp16(hn::LoadU(dstorage, block_in).raw)}, d, out);
-        });
-    return;
-  }
-  for_each_block<lanes>(
-      in, to, n, 0, [&](const storage* block_in, float* out, std::uint64_t) TILEKERN_INLINE_LAMBDA {
-        const auto stored = hn::LoadU(dstorage, block_in);
-        hn::Vec<decltype(du)> codes;
-        if constexpr (sizeof(storage) == 4) {
-          codes = stored;
-        } else {
-          codes = hn::PromoteTo(du, stored);
-        }
-        hn::StoreU(hn::BitCast(d, decode_lanes<F>(du, codes)), d, out);
-      });
+  for_each_block<hn::MaxLanes(D())>(
+      storage_of(from), to, n, 0,
+      [&](const typename F::storage_type* in, float* out, std::uint64_t)
+          TILEKERN_INLINE_LAMBDA { hn::StoreU(decode_block<F>(d, in), d, out); });
 }
 
 #endif  // TILEKERN_CONVERT_AVX2

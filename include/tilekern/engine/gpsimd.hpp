@@ -1,0 +1,928 @@
+#pragma once
+// engine/gpsimd: operators users write in plain math over xsimd batches, run the way a
+// NeuronCore's GPSIMD engine runs them, with the bookkeeping done here.
+//
+// On the hardware, eight general-purpose 512-bit SIMD cores, each with 64 KiB of local memory,
+// stage data from tensors into local memory, compute in fp32 and write results back. Here:
+//
+//   elementwise(op, inputs(x, ...), outputs(y, ...), options)
+//       op(batch x, ...) returns one batch per output (a batch, or a std::tuple of batches).
+//   rowwise(op, inputs(...), outputs(...), options)
+//       op(row x, ..., row y, ...) gets each row decoded into fp32 local memory; sum(), max()
+//       and transform() below do the batch loops over a row, tails included.
+//   tilewise<Rows, Cols>(op, inputs(...), outputs(...), options)
+//       op(const tile<float, Rows, Cols>& x, ..., tile<float, Rows, Cols>& y, ...) per tile.
+//   launch(options, body)
+//       the hardware's explicit style: body(core&) runs once per logical core, with core_id(),
+//       core_count(), its share of the work, its local memory, and load/store between tensors
+//       and local fp32.
+//
+// Tensors are views (tile/view.hpp) or contiguous ranges, of float or of any tilekern format.
+// Every output has the shape of the first; an input has that shape, or one row of the same length,
+// which is broadcast to every row (a bias, a gamma). Outputs are encoded with options.cast: output
+// k uses stream options.cast.stream + k, so that two outputs never share random bits. The random
+// bits of an element depend only on its row-major index in its output, so results are
+// bit-identical for any number of cores and threads.
+//
+// Batches: an operator is called with xsimd::batch<float, A>, where A is the widest
+// architecture the active ISA path (simd/isa.hpp, TILEKERN_ISA) allows and the operator accepts:
+// avx512bw on the avx512 and amx paths (16 lanes), fma3<avx2> on avx2 (8), sse2 on scalar (4
+// lanes, with the scalar format conversions). A generic operator (auto parameters) follows the
+// path; one written for xsimd::batch<float> runs at the build's default width.
+//
+// Elementwise operators never touch local memory: each batch is decoded from the tensor into
+// registers, passed to the operator and encoded back, which is what local memory would cost
+// nothing to hold. Row-wise and tile-wise operators stage their rows and tiles in a local memory
+// of options.local_bytes per core and throw shape_error if they do not fit.
+//
+// An operator must treat lanes independently (elementwise) and be safe to call from several
+// threads at once. An exception it throws is rethrown to the caller, after every core has
+// stopped; outputs may then be partly written.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+// GCC 12 reports xsimd's AVX-512 intrinsics as maybe-uninitialized where they are inlined (GCC bug
+// 105593; the intrinsics start from an "undefined" register). GCC checks the pragma at the xsimd
+// lines they are inlined from, so this silences them in user code too, if tilekern is included
+// before xsimd.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <xsimd/xsimd.hpp>
+#pragma GCC diagnostic pop
+#else
+#include <xsimd/xsimd.hpp>
+#endif
+
+#include "tilekern/error.hpp"
+#include "tilekern/simd/convert.hpp"
+#include "tilekern/simd/isa.hpp"
+#include "tilekern/tile/tile.hpp"
+#include "tilekern/tile/view.hpp"
+#include "tilekern/types/minifloat.hpp"
+#include "tilekern/types/random.hpp"
+#include "tilekern/types/rounding.hpp"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace tilekern::gpsimd {
+
+struct options {
+  std::size_t cores = 8;                // logical cores the work is split over, as on the hardware
+  std::size_t local_bytes = std::size_t{64} << 10;  // local memory of each core: 64 KiB
+  cast_options cast = {};               // rounding and overflow of every output
+  // Machine threads the cores run on: 0 for OpenMP's default, 1 for the calling thread only.
+  // Without OpenMP every core runs on the calling thread.
+  std::size_t threads = 0;
+};
+
+// A half-open range of indices (elements, rows or tiles).
+struct range {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::size_t size() const { return end - begin; }
+  bool empty() const { return begin == end; }
+  friend bool operator==(const range&, const range&) = default;
+};
+
+// The share of [0, n) that core `id` of `count` takes: contiguous, in core order, every index in
+// exactly one share. Shares are as even as `grain` allows: their bounds are multiples of `grain`
+// (except n), and they differ by at most one grain.
+constexpr range share(std::size_t n, std::size_t id, std::size_t count, std::size_t grain = 1) {
+  const auto units = static_cast<unsigned __int128>((n + grain - 1) / grain);
+  const auto bound = [&](std::size_t core) {
+    return std::min(n, static_cast<std::size_t>(units * core / count) * grain);
+  };
+  return {bound(id), bound(id + 1)};
+}
+
+// Tensor arguments: inputs(a, b) and outputs(y) bundle views (or ranges, as one-row views).
+template <class... Views>
+struct input_list {
+  std::tuple<Views...> views;
+};
+template <class... Views>
+struct output_list {
+  std::tuple<Views...> views;
+};
+
+namespace detail {
+
+template <class T>
+struct is_view : std::false_type {};
+template <class T>
+struct is_view<view<T>> : std::true_type {};
+
+template <class T>
+auto as_view(T&& tensor) {
+  if constexpr (is_view<std::remove_cvref_t<T>>::value) {
+    return tensor;
+  } else {
+    return view(std::forward<T>(tensor));
+  }
+}
+
+template <class T>
+constexpr bool is_element =
+    std::is_same_v<std::remove_const_t<T>, float> || minifloat_format<std::remove_const_t<T>>;
+
+}  // namespace detail
+
+template <class... Tensors>
+auto inputs(Tensors&&... tensors) {
+  using list = input_list<view<const std::remove_const_t<
+      typename decltype(detail::as_view(std::declval<Tensors>()))::element_type>>...>;
+  static_assert((detail::is_element<typename decltype(detail::as_view(
+                     std::declval<Tensors>()))::element_type> && ...),
+                "tilekern::gpsimd::inputs: tensors hold float or a tilekern format");
+  return list{{detail::as_view(std::forward<Tensors>(tensors))...}};
+}
+
+template <class... Tensors>
+auto outputs(Tensors&&... tensors) {
+  using list =
+      output_list<decltype(detail::as_view(std::declval<Tensors>()))...>;
+  static_assert(
+      (!std::is_const_v<typename decltype(detail::as_view(std::declval<Tensors>()))::element_type> &&
+       ...),
+      "tilekern::gpsimd::outputs: outputs must be writable (not views of const)");
+  static_assert((detail::is_element<typename decltype(detail::as_view(
+                     std::declval<Tensors>()))::element_type> && ...),
+                "tilekern::gpsimd::outputs: tensors hold float or a tilekern format");
+  return list{{detail::as_view(std::forward<Tensors>(tensors))...}};
+}
+
+// One row of a row-wise operator: fp32 in local memory, and the batch architecture its loops use.
+template <class T, class Arch>
+class row : public std::span<T> {
+ public:
+  using arch = Arch;
+  using batch = xsimd::batch<float, Arch>;
+
+  row(T* data, std::size_t size) : std::span<T>(data, size) {}
+  // A writable row can be read as an input.
+  template <class U>
+    requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
+  row(const row<U, Arch>& other)  // NOLINT(google-explicit-constructor)
+      : std::span<T>(other.data(), other.size()) {}
+};
+
+namespace detail {
+
+#define TILEKERN_GPSIMD_INLINE __attribute__((always_inline))
+
+#if defined(TILEKERN_CONVERT_AVX2)
+namespace hn = hwy::HWY_NAMESPACE;
+#endif
+
+// ---- ISA paths: a batch architecture and the format conversions that go with it ----
+
+template <class Arch, isa Level>
+struct path {
+  using arch = Arch;
+  using batch = xsimd::batch<float, Arch>;
+  static constexpr isa level = Level;
+  static constexpr std::size_t lanes = batch::size;
+};
+
+using scalar_path = path<xsimd::sse2, isa::scalar>;
+#if defined(TILEKERN_CONVERT_AVX2) && XSIMD_WITH_FMA3_AVX2
+using avx2_path = path<xsimd::fma3<xsimd::avx2>, isa::avx2>;
+#endif
+#if defined(TILEKERN_CONVERT_AVX512) && XSIMD_WITH_AVX512BW
+using avx512_path = path<xsimd::avx512bw, isa::avx512>;
+#endif
+
+// Calls body(paths...), widest first.
+template <class Body>
+decltype(auto) visit_paths(Body&& body) {
+  return body(
+#if defined(TILEKERN_CONVERT_AVX512) && XSIMD_WITH_AVX512BW
+      avx512_path(),
+#endif
+#if defined(TILEKERN_CONVERT_AVX2) && XSIMD_WITH_FMA3_AVX2
+      avx2_path(),
+#endif
+      scalar_path());
+}
+
+// Calls body(path) for the first of the widest-first paths that `accepts` allows and the active
+// ISA allows, or else for the first that `accepts` allows.
+template <template <class> class Accepts, class Body>
+void with_path(Body&& body) {
+  visit_paths([&](auto... paths) {
+    static_assert((Accepts<decltype(paths)>::value || ...),
+                  "tilekern::gpsimd: the operator cannot be called with xsimd::batch<float> "
+                  "arguments as its kind requires (see engine/gpsimd.hpp); writing its parameters "
+                  "as `auto` lets it take every batch width");
+    const isa level = active_isa();
+    bool done = false;
+    const auto attempt = [&](auto p, bool allowed) {
+      if constexpr (Accepts<decltype(p)>::value) {
+        if (!done && allowed) {
+          done = true;
+          body(p);
+        }
+      }
+    };
+    (attempt(paths, decltype(paths)::level <= level), ...);
+    (attempt(paths, true), ...);
+  });
+}
+
+// Element j of a batch holding elements i.. of a tensor.
+template <class Path, class T>
+TILEKERN_GPSIMD_INLINE inline typename Path::batch load_batch(const T* p) {
+  using batch = typename Path::batch;
+  if constexpr (std::is_same_v<T, float>) {
+    return batch::load_unaligned(p);
+  } else if constexpr (Path::level == isa::scalar) {
+    alignas(64) float values[Path::lanes];
+    for (std::size_t j = 0; j < Path::lanes; ++j) values[j] = p[j].to_float();
+    return batch::load_aligned(values);
+  } else {
+#if defined(TILEKERN_CONVERT_AVX2)
+    return batch(tilekern::detail::decode_block<T>(hn::Simd<float, Path::lanes, 0>(),
+                                                 tilekern::detail::storage_of(p))
+                     .raw);
+#endif
+  }
+}
+
+// Stores batches of Path as T, rounding in Mode: a batch stored with index i gives element j the
+// random bits of index i + j.
+template <class Path, class T, rounding Mode>
+class batch_writer {  // float: nothing to round
+ public:
+  explicit batch_writer(const cast_options&) {}
+  TILEKERN_GPSIMD_INLINE void operator()(typename Path::batch x, float* p, std::uint64_t) const {
+    x.store_unaligned(p);
+  }
+};
+
+template <class Path, class T, rounding Mode>
+  requires(minifloat_format<T> && Path::level == isa::scalar)
+class batch_writer<Path, T, Mode> {
+ public:
+  explicit batch_writer(const cast_options& cast)
+      : key_(random_key::from(cast.seed, cast.stream)), on_overflow_(cast.on_overflow) {}
+  void operator()(typename Path::batch x, T* p, std::uint64_t index) const {
+    alignas(64) float values[Path::lanes];
+    x.store_aligned(values);
+    for (std::size_t j = 0; j < Path::lanes; ++j) {
+      const std::uint32_t random = Mode == rounding::stochastic ? random_bits(key_, index + j) : 0;
+      p[j] = T::from(values[j], Mode, on_overflow_, random);
+    }
+  }
+
+ private:
+  random_key key_;
+  overflow on_overflow_;
+};
+
+#if defined(TILEKERN_CONVERT_AVX2)
+template <class Path, class T, rounding Mode>
+  requires(minifloat_format<T> && Path::level != isa::scalar)
+class batch_writer<Path, T, Mode> {
+ public:
+  explicit batch_writer(const cast_options& cast) : encode_(lanes(), cast) {}
+  TILEKERN_GPSIMD_INLINE void operator()(typename Path::batch x, T* p, std::uint64_t index) const {
+    using register_type = typename Path::batch::register_type;
+    encode_(hn::Vec<lanes>{static_cast<register_type>(x)}, tilekern::detail::storage_of(p), index);
+  }
+
+ private:
+  using lanes = hn::Simd<float, Path::lanes, 0>;
+  tilekern::detail::vector_encoder<T, lanes, Mode> encode_;
+};
+#endif
+
+// ---- tensors ----
+
+template <class T>
+struct element_of;
+template <class T>
+struct element_of<view<T>> {
+  using type = std::remove_const_t<T>;
+};
+
+// Output k's cast: stream + k.
+inline cast_options output_cast(const cast_options& cast, std::size_t k) {
+  cast_options result = cast;
+  result.stream += k;
+  return result;
+}
+
+inline std::string shape_text(std::size_t rows, std::size_t cols) {
+  return std::to_string(rows) + "x" + std::to_string(cols);
+}
+
+// The shape of output 0, after checking every tensor against it.
+template <class... In, class... Out>
+std::pair<std::size_t, std::size_t> check_shapes(const char* function,
+                                                 const std::tuple<view<In>...>& in,
+                                                 const std::tuple<view<Out>...>& out) {
+  const std::size_t rows = std::get<0>(out).rows();
+  const std::size_t cols = std::get<0>(out).cols();
+  std::size_t k = 0;
+  std::apply(
+      [&](const auto&... v) {
+        ((v.rows() == rows && v.cols() == cols
+              ? void(++k)
+              : throw shape_error(std::string(function) + ": output " + std::to_string(k) +
+                                  " is " + shape_text(v.rows(), v.cols()) + ", expected " +
+                                  shape_text(rows, cols) + " (the shape of output 0)")),
+         ...);
+      },
+      out);
+  k = 0;
+  std::apply(
+      [&](const auto&... v) {
+        (((v.rows() == rows || v.rows() == 1) && v.cols() == cols
+              ? void(++k)
+              : throw shape_error(std::string(function) + ": input " + std::to_string(k) + " is " +
+                                  shape_text(v.rows(), v.cols()) + ", expected " +
+                                  shape_text(rows, cols) + " or " + shape_text(1, cols) +
+                                  " (one row, broadcast)")),
+         ...);
+      },
+      in);
+  return {rows, cols};
+}
+
+// Row r of v, or its only row if it has one (broadcast).
+template <class T>
+T* row_pointer(const view<T>& v, std::size_t r) {
+  return v.data() + (v.rows() == 1 ? 0 : r * v.stride());
+}
+
+// Decodes n elements into fp32; encodes n fp32 values with `cast`, the first with index `first`.
+template <class T>
+void decode(const T* from, float* to, std::size_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::copy_n(from, n, to);
+  } else {
+    convert(std::span<const T>(from, n), std::span<float>(to, n));
+  }
+}
+template <class T>
+void encode(const float* from, T* to, std::size_t n, const cast_options& cast,
+            std::uint64_t first) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::copy_n(from, n, to);
+  } else {
+    convert(std::span<const float>(from, n), std::span<T>(to, n), cast, first);
+  }
+}
+
+// ---- cores ----
+
+inline void check_options(const char* function, const options& opt) {
+  if (opt.cores == 0) {
+    throw shape_error(std::string(function) + ": options.cores is 0; it must be at least 1");
+  }
+}
+
+inline void check_local_memory(const char* function, std::size_t needed, const options& opt,
+                               const std::string& what) {
+  if (needed > opt.local_bytes) {
+    throw shape_error(std::string(function) + ": " + what + " needs " + std::to_string(needed) +
+                      " bytes of local memory, options.local_bytes is " +
+                      std::to_string(opt.local_bytes));
+  }
+}
+
+// Runs body(core) for each logical core, spread over the machine's threads. An exception thrown
+// by a core is rethrown here, the lowest core's if several throw.
+template <class Body>
+void run_cores(const options& opt, Body&& body) {
+  std::exception_ptr error;
+  std::size_t error_core = opt.cores;
+  const auto run = [&](std::size_t core) {
+    try {
+      body(core);
+    } catch (...) {
+#if defined(_OPENMP)
+#pragma omp critical(tilekern_gpsimd_error)
+#endif
+      if (core < error_core) {
+        error_core = core;
+        error = std::current_exception();
+      }
+    }
+  };
+#if defined(_OPENMP)
+  const auto available = opt.threads != 0 ? opt.threads : static_cast<std::size_t>(omp_get_max_threads());
+  const int threads = static_cast<int>(std::min(opt.cores, available));
+  const auto cores = static_cast<std::ptrdiff_t>(opt.cores);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (std::ptrdiff_t core = 0; core < cores; ++core) run(static_cast<std::size_t>(core));
+#else
+  for (std::size_t core = 0; core < opt.cores; ++core) run(core);
+#endif
+  if (error) std::rethrow_exception(error);
+}
+
+// A core's local memory: 64-byte aligned, allocated once per core per call.
+class local_memory {
+ public:
+  explicit local_memory(std::size_t bytes)
+      : data_(static_cast<std::byte*>(::operator new(std::max<std::size_t>(bytes, 64),
+                                                     std::align_val_t{64}))),
+        bytes_(bytes) {}
+  local_memory(const local_memory&) = delete;
+  local_memory& operator=(const local_memory&) = delete;
+  ~local_memory() { ::operator delete(data_, std::align_val_t{64}); }
+
+  std::byte* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  std::byte* data_;
+  std::size_t bytes_;
+};
+
+template <std::size_t... K, class Body>
+TILEKERN_GPSIMD_INLINE inline void for_indices(std::index_sequence<K...>, Body&& body) {
+  (body(std::integral_constant<std::size_t, K>()), ...);
+}
+
+// ---- elementwise ----
+
+template <class Op, std::size_t Inputs>
+struct elementwise_accepts {
+  template <class Path>
+  struct test {
+    template <std::size_t... I>
+    static constexpr bool check(std::index_sequence<I...>) {
+      return std::is_invocable_v<Op&, decltype((void(I), std::declval<typename Path::batch>()))...>;
+    }
+    static constexpr bool value = check(std::make_index_sequence<Inputs>());
+  };
+};
+
+// The operator's results as a tuple of batches.
+template <class Result>
+TILEKERN_GPSIMD_INLINE inline auto as_tuple(Result&& result) {
+  if constexpr (requires { std::tuple_size<std::remove_cvref_t<Result>>::value; }) {
+    return std::forward<Result>(result);
+  } else {
+    return std::tuple<std::remove_cvref_t<Result>>(std::forward<Result>(result));
+  }
+}
+
+// n elements of each tensor from the pointers on, the first with index `first`: whole batches,
+// then a last partial batch staged through zero-filled buffers, so that nothing outside the n
+// elements is touched.
+template <class Path, class Op, class... In, class... Out, class Writers>
+void elementwise_segment(Op& op, std::tuple<const In*...> in, std::tuple<Out*...> out,
+                         const Writers& shared_writers, std::size_t n, std::uint64_t first) {
+  constexpr std::size_t lanes = Path::lanes;
+  const Writers writers = shared_writers;  // a local copy, which the compiler keeps in registers
+  const auto block = [&](std::tuple<const In*...> from, std::tuple<Out*...> to,
+                         std::uint64_t index) TILEKERN_GPSIMD_INLINE {
+    auto results = as_tuple(
+        std::apply([&](const auto*... p) { return op(load_batch<Path>(p)...); }, from));
+    static_assert(std::tuple_size_v<decltype(results)> == sizeof...(Out),
+                  "tilekern::gpsimd::elementwise: the operator returns a different number of "
+                  "batches than there are outputs (return a std::tuple for several outputs)");
+    for_indices(std::index_sequence_for<Out...>(), [&](auto k) TILEKERN_GPSIMD_INLINE {
+      std::get<k>(writers)(typename Path::batch(std::get<k>(results)), std::get<k>(to), index);
+    });
+  };
+  const auto advance = [](auto pointers, std::size_t i) {
+    return std::apply([&](auto*... p) { return std::tuple(p + i...); }, pointers);
+  };
+  std::size_t i = 0;
+  for (; i + lanes <= n; i += lanes) block(advance(in, i), advance(out, i), first + i);
+  if (i == n) return;
+  const std::size_t rest = n - i;
+  std::tuple<std::array<In, lanes>...> in_tail{};
+  std::tuple<std::array<Out, lanes>...> out_tail{};
+  for_indices(std::index_sequence_for<In...>(), [&](auto k) {
+    std::copy_n(std::get<k>(in) + i, rest, std::get<k>(in_tail).data());
+  });
+  block(std::apply([](auto&... a) { return std::tuple<const In*...>(a.data()...); }, in_tail),
+        std::apply([](auto&... a) { return std::tuple<Out*...>(a.data()...); }, out_tail),
+        first + i);
+  for_indices(std::index_sequence_for<Out...>(), [&](auto k) {
+    std::copy_n(std::get<k>(out_tail).data(), rest, std::get<k>(out) + i);
+  });
+}
+
+template <class Path, rounding Mode, class Op, class... In, class... Out>
+void elementwise_on(Op& op, const std::tuple<view<const In>...>& in,
+                    const std::tuple<view<Out>...>& out, std::size_t rows, std::size_t cols,
+                    const options& opt) {
+  const auto writers = [&]<std::size_t... K>(std::index_sequence<K...>) {
+    return std::tuple<batch_writer<Path, Out, Mode>...>(
+        batch_writer<Path, Out, Mode>(output_cast(opt.cast, K))...);
+  }(std::index_sequence_for<Out...>());
+  // Without broadcasts or gaps between rows, the tensors are one row of rows * cols elements.
+  const bool flat = std::apply([&](const auto&... v) { return ((v.contiguous() && v.rows() == rows) && ...); }, in) &&
+                    std::apply([](const auto&... v) { return (v.contiguous() && ...); }, out);
+  const std::size_t segment = flat ? rows * cols : cols;
+  run_cores(opt, [&](std::size_t core) {
+    const range mine = share(rows * cols, core, opt.cores, 4 * Path::lanes);
+    for (std::size_t i = mine.begin; i < mine.end;) {
+      const std::size_t r = i / segment, c = i % segment;
+      const std::size_t end = std::min(mine.end, (r + 1) * segment);
+      elementwise_segment<Path>(
+          op, std::apply([&](const auto&... v) { return std::tuple(row_pointer(v, r) + c...); }, in),
+          std::apply([&](const auto&... v) { return std::tuple(row_pointer(v, r) + c...); }, out),
+          writers, end - i, i);
+      i = end;
+    }
+  });
+}
+
+// ---- row-wise ----
+
+template <class Op, std::size_t Inputs, std::size_t Outputs>
+struct rowwise_accepts {
+  template <class Path>
+  struct test {
+    template <std::size_t... I, std::size_t... O>
+    static constexpr bool check(std::index_sequence<I...>, std::index_sequence<O...>) {
+      return std::is_invocable_v<Op&,
+                                 decltype((void(I), row<const float, typename Path::arch>(nullptr, 0)))...,
+                                 decltype((void(O), row<float, typename Path::arch>(nullptr, 0)))...>;
+    }
+    static constexpr bool value =
+        check(std::make_index_sequence<Inputs>(), std::make_index_sequence<Outputs>());
+  };
+};
+
+// ---- tile-wise ----
+
+template <class Op, class Tile, std::size_t Inputs, std::size_t Outputs>
+struct tilewise_accepts {
+  template <std::size_t... I, std::size_t... O>
+  static constexpr bool check(std::index_sequence<I...>, std::index_sequence<O...>) {
+    return std::is_invocable_v<Op&, decltype((void(I), std::declval<const Tile&>()))...,
+                               decltype((void(O), std::declval<Tile&>()))...>;
+  }
+  static constexpr bool value =
+      check(std::make_index_sequence<Inputs>(), std::make_index_sequence<Outputs>());
+};
+
+}  // namespace detail
+
+// ---- the operator kinds ----
+
+// Calls op(x, ...) on batches of every input, which returns the batches of every output.
+template <class Op, class... In, class... Out>
+void elementwise(Op op, const input_list<view<const In>...>& in,
+                 const output_list<view<Out>...>& out, const options& opt = {}) {
+  static_assert(sizeof...(Out) >= 1, "tilekern::gpsimd::elementwise: give at least one output");
+  constexpr const char* function = "tilekern::gpsimd::elementwise";
+  detail::check_options(function, opt);
+  const auto shape = detail::check_shapes(function, in.views, out.views);
+  const std::size_t rows = shape.first, cols = shape.second;  // not a structured binding: clang 14 cannot capture one
+  if (rows * cols == 0) return;
+  using accepts = detail::elementwise_accepts<Op, sizeof...(In)>;
+  detail::with_path<accepts::template test>([&](auto path) {
+    tilekern::detail::visit_rounding(opt.cast.round, [&](auto mode) {
+      detail::elementwise_on<decltype(path), decltype(mode)::value>(op, in.views, out.views, rows,
+                                                                   cols, opt);
+    });
+  });
+}
+
+// Calls op(x, ..., y, ...) once per row, with rows of every input decoded into fp32 local memory
+// and rows of every output (zero-filled) to write, encoded afterwards.
+template <class Op, class... In, class... Out>
+void rowwise(Op op, const input_list<view<const In>...>& in, const output_list<view<Out>...>& out,
+             const options& opt = {}) {
+  static_assert(sizeof...(Out) >= 1, "tilekern::gpsimd::rowwise: give at least one output");
+  constexpr const char* function = "tilekern::gpsimd::rowwise";
+  constexpr std::size_t arrays = sizeof...(In) + sizeof...(Out);
+  detail::check_options(function, opt);
+  const auto shape = detail::check_shapes(function, in.views, out.views);
+  const std::size_t rows = shape.first, cols = shape.second;  // not a structured binding: clang 14 cannot capture one
+  const std::size_t stride = (cols + 15) / 16 * 16;  // floats from one local row to the next
+  detail::check_local_memory(function, arrays * stride * sizeof(float), opt,
+                             "a row of " + std::to_string(cols) + " elements in " +
+                                 std::to_string(arrays) + " arrays");
+  if (rows * cols == 0) return;
+  using accepts = detail::rowwise_accepts<Op, sizeof...(In), sizeof...(Out)>;
+  detail::with_path<accepts::template test>([&](auto path) {
+    using arch = typename decltype(path)::arch;
+    detail::run_cores(opt, [&](std::size_t core) {
+      const range mine = share(rows, core, opt.cores);
+      if (mine.empty()) return;
+      const detail::local_memory local(opt.local_bytes);
+      float* const base = reinterpret_cast<float*>(local.data());
+      const auto array = [&](std::size_t k) { return base + k * stride; };
+      // Broadcast inputs are staged once.
+      detail::for_indices(std::index_sequence_for<In...>(), [&](auto k) {
+        const auto& v = std::get<k>(in.views);
+        if (v.rows() == 1) detail::decode(v.data(), array(k), cols);
+      });
+      for (std::size_t r = mine.begin; r < mine.end; ++r) {
+        detail::for_indices(std::index_sequence_for<In...>(), [&](auto k) {
+          const auto& v = std::get<k>(in.views);
+          if (v.rows() != 1) detail::decode(detail::row_pointer(v, r), array(k), cols);
+        });
+        std::fill(array(sizeof...(In)), array(arrays), 0.0f);
+        [&]<std::size_t... I, std::size_t... O>(std::index_sequence<I...>, std::index_sequence<O...>) {
+          op(row<const float, arch>(array(I), cols)...,
+             row<float, arch>(array(sizeof...(In) + O), cols)...);
+        }(std::index_sequence_for<In...>(), std::index_sequence_for<Out...>());
+        detail::for_indices(std::index_sequence_for<Out...>(), [&](auto k) {
+          detail::encode(array(sizeof...(In) + k), detail::row_pointer(std::get<k>(out.views), r),
+                         cols, detail::output_cast(opt.cast, k), r * cols);
+        });
+      }
+    });
+  });
+}
+
+// Calls op(x, ..., y, ...) once per Rows x Cols tile of the tensors (row-major tile order), with
+// tiles of every input decoded into fp32 local memory and zero-filled tiles of every output.
+// Tiles at the right and bottom edges are padded with zeros; what an operator writes to an output
+// tile's padding is dropped.
+template <std::size_t Rows, std::size_t Cols, class Op, class... In, class... Out>
+void tilewise(Op op, const input_list<view<const In>...>& in, const output_list<view<Out>...>& out,
+              const options& opt = {}) {
+  static_assert(sizeof...(Out) >= 1, "tilekern::gpsimd::tilewise: give at least one output");
+  using float_tile = tile<float, Rows, Cols>;
+  static_assert(detail::tilewise_accepts<Op, float_tile, sizeof...(In), sizeof...(Out)>::value,
+                "tilekern::gpsimd::tilewise: the operator must be callable with a const "
+                "tile<float, Rows, Cols>& per input and a tile<float, Rows, Cols>& per output");
+  constexpr const char* function = "tilekern::gpsimd::tilewise";
+  constexpr std::size_t arrays = sizeof...(In) + sizeof...(Out);
+  detail::check_options(function, opt);
+  const auto shape = detail::check_shapes(function, in.views, out.views);
+  const std::size_t rows = shape.first, cols = shape.second;  // not a structured binding: clang 14 cannot capture one
+  detail::check_local_memory(function, arrays * sizeof(float_tile), opt,
+                             std::to_string(arrays) + " tiles of " + std::to_string(Rows) + "x" +
+                                 std::to_string(Cols) + " fp32");
+  const std::size_t tile_rows = (rows + Rows - 1) / Rows, tile_cols = (cols + Cols - 1) / Cols;
+  if (tile_rows * tile_cols == 0) return;
+  detail::run_cores(opt, [&](std::size_t core) {
+    const range mine = share(tile_rows * tile_cols, core, opt.cores);
+    if (mine.empty()) return;
+    const detail::local_memory local(opt.local_bytes);
+    float_tile* const tiles = reinterpret_cast<float_tile*>(local.data());
+    for (std::size_t k = 0; k < arrays; ++k) std::construct_at(tiles + k);
+    for (std::size_t t = mine.begin; t < mine.end; ++t) {
+      const std::size_t r0 = t / tile_cols * Rows, c0 = t % tile_cols * Cols;
+      const std::size_t height = std::min(Rows, rows - r0), width = std::min(Cols, cols - c0);
+      for (std::size_t k = 0; k < arrays; ++k) std::fill_n(tiles[k].values, float_tile::size, 0.0f);
+      detail::for_indices(std::index_sequence_for<In...>(), [&](auto k) {
+        for (std::size_t r = 0; r < height; ++r) {
+          detail::decode(detail::row_pointer(std::get<k>(in.views), r0 + r) + c0,
+                         tiles[k].row(r).data(), width);
+        }
+      });
+      [&]<std::size_t... I, std::size_t... O>(std::index_sequence<I...>, std::index_sequence<O...>) {
+        op(std::as_const(tiles[I])..., tiles[sizeof...(In) + O]...);
+      }(std::index_sequence_for<In...>(), std::index_sequence_for<Out...>());
+      detail::for_indices(std::index_sequence_for<Out...>(), [&](auto k) {
+        for (std::size_t r = 0; r < height; ++r) {
+          detail::encode(tiles[sizeof...(In) + k].row(r).data(),
+                         detail::row_pointer(std::get<k>(out.views), r0 + r) + c0, width,
+                         detail::output_cast(opt.cast, k), (r0 + r) * cols + c0);
+        }
+      });
+    }
+  });
+}
+
+// ---- helpers for the loops inside a row ----
+
+namespace detail {
+
+// Calls body(batch..., valid) for each batch of the rows (n elements each), the last one
+// zero-padded, with `valid` its number of real lanes.
+template <class Arch, class Body, class... T>
+void for_each_batch(std::size_t n, Body&& body, const T*... rows) {
+  using batch = xsimd::batch<float, Arch>;
+  constexpr std::size_t lanes = batch::size;
+  std::size_t i = 0;
+  for (; i + lanes <= n; i += lanes) body(lanes, batch::load_unaligned(rows + i)...);
+  if (i == n) return;
+  const auto padded = [&](const float* row) {
+    alignas(64) float values[lanes] = {};
+    std::copy_n(row + i, n - i, values);
+    return batch::load_aligned(values);
+  };
+  body(n - i, padded(rows)...);
+}
+
+template <class Arch>
+xsimd::batch_bool<float, Arch> first_lanes(std::size_t valid) {
+  using batch = xsimd::batch<float, Arch>;
+  alignas(64) float index[batch::size];
+  for (std::size_t j = 0; j < batch::size; ++j) index[j] = static_cast<float>(j);
+  return batch::load_aligned(index) < batch(static_cast<float>(valid));
+}
+
+// The length of the rows, which must agree.
+template <class... Rows>
+std::size_t common_size(const char* function, const Rows&... rows) {
+  const std::size_t sizes[] = {rows.size()...};
+  for (std::size_t k = 1; k < sizeof...(Rows); ++k) {
+    tilekern::detail::check_size(function, ("row " + std::to_string(k)).c_str(), sizes[k],
+                                 sizes[0]);
+  }
+  return sizes[0];
+}
+
+}  // namespace detail
+
+// The sum over a row of f(x[i], ...), in fp32: lane-wise partial sums added in a fixed order, so
+// the same row gives the same bits on the same ISA path. Rows must have the same length.
+template <class Fn, class Arch, class... More>
+float sum(Fn f, row<const float, Arch> x, const More&... more) {
+  using batch = xsimd::batch<float, Arch>;
+  const std::size_t n = detail::common_size("tilekern::gpsimd::sum", x, more...);
+  batch total(0.0f);
+  detail::for_each_batch<Arch>(
+      n,
+      [&](std::size_t valid, auto... values) {
+        const batch term = f(values...);
+        total += valid == batch::size ? term : xsimd::select(detail::first_lanes<Arch>(valid), term, batch(0.0f));
+      },
+      x.data(), more.data()...);
+  return xsimd::hadd(total);
+}
+template <class Arch>
+float sum(row<const float, Arch> x) {
+  return sum([](auto v) { return v; }, x);
+}
+
+// The maximum over a row of f(x[i], ...): NaN if any term is NaN, -inf for an empty row.
+template <class Fn, class Arch, class... More>
+float max(Fn f, row<const float, Arch> x, const More&... more) {
+  using batch = xsimd::batch<float, Arch>;
+  const std::size_t n = detail::common_size("tilekern::gpsimd::max", x, more...);
+  const batch lowest(-std::numeric_limits<float>::infinity());
+  batch best = lowest;
+  auto nan = batch(0.0f) != batch(0.0f);
+  detail::for_each_batch<Arch>(
+      n,
+      [&](std::size_t valid, auto... values) {
+        batch term = f(values...);
+        if (valid != batch::size) term = xsimd::select(detail::first_lanes<Arch>(valid), term, lowest);
+        nan = nan || (term != term);
+        best = xsimd::max(best, term);
+      },
+      x.data(), more.data()...);
+  if (xsimd::any(nan)) return std::numeric_limits<float>::quiet_NaN();
+  alignas(64) float lanes[batch::size];
+  best.store_aligned(lanes);
+  return *std::max_element(lanes, lanes + batch::size);
+}
+template <class Arch>
+float max(row<const float, Arch> x) {
+  return max([](auto v) { return v; }, x);
+}
+
+// y[i] = f(x[i], ...) over a row.
+template <class Fn, class Arch, class... Rows>
+void transform(row<float, Arch> y, Fn f, const Rows&... x) {
+  using batch = xsimd::batch<float, Arch>;
+  const std::size_t n = detail::common_size("tilekern::gpsimd::transform", y, x...);
+  std::size_t i = 0;
+  detail::for_each_batch<Arch>(
+      n,
+      [&](std::size_t valid, auto... values) {
+        const batch result = f(values...);
+        if (valid == batch::size) {
+          result.store_unaligned(y.data() + i);
+        } else {
+          alignas(64) float lanes[batch::size];
+          result.store_aligned(lanes);
+          std::copy_n(lanes, valid, y.data() + i);
+        }
+        i += batch::size;
+      },
+      x.data()...);
+}
+
+// ---- the explicit style ----
+
+// One logical core inside launch(): its identity, its share of the work and its local memory.
+class core {
+ public:
+  std::size_t core_id() const { return id_; }
+  std::size_t core_count() const { return options_->cores; }
+  const gpsimd::options& options() const { return *options_; }
+
+  // This core's share of n items (see gpsimd::share).
+  range share(std::size_t n, std::size_t grain = 1) const {
+    return gpsimd::share(n, id_, options_->cores, grain);
+  }
+
+  // This core's share of n items in pieces of at most `piece` items: for (range p : chunks(...)).
+  class pieces {
+   public:
+    class iterator {
+     public:
+      range operator*() const { return {at_, std::min(at_ + piece_, end_)}; }
+      iterator& operator++() {
+        at_ = std::min(at_ + piece_, end_);
+        return *this;
+      }
+      bool operator==(const iterator&) const = default;
+
+     private:
+      friend class pieces;
+      iterator(std::size_t at, std::size_t end, std::size_t piece) : at_(at), end_(end), piece_(piece) {}
+      std::size_t at_, end_, piece_;
+    };
+    iterator begin() const { return {all_.begin, all_.end, piece_}; }
+    iterator end() const { return {all_.end, all_.end, piece_}; }
+
+   private:
+    friend class core;
+    pieces(range all, std::size_t piece) : all_(all), piece_(piece) {}
+    range all_;
+    std::size_t piece_;
+  };
+  pieces chunks(std::size_t n, std::size_t piece) const {
+    if (piece == 0) throw shape_error("tilekern::gpsimd::core::chunks: piece is 0");
+    return {share(n), piece};
+  }
+
+  // The local memory, as fp32.
+  std::span<float> local() const {
+    return {reinterpret_cast<float*>(local_->data()), local_->bytes() / sizeof(float)};
+  }
+
+  // Decodes tensor[part] into to[0, part.size()).
+  template <class Tensor>
+  void load(const Tensor& tensor, range part, std::span<float> to) const {
+    const std::span from(tensor);
+    check("load", part, from.size(), to.size());
+    detail::decode(from.data() + part.begin, to.data(), part.size());
+  }
+
+  // Encodes from[0, part.size()) into tensor[part], with options().cast (or `cast`); the random
+  // bits of an element depend on its index in the tensor.
+  template <class Tensor>
+  void store(std::span<const float> from, Tensor& tensor, range part) const {
+    store(from, tensor, part, options_->cast);
+  }
+  template <class Tensor>
+  void store(std::span<const float> from, Tensor& tensor, range part,
+             const cast_options& cast) const {
+    const std::span to(tensor);
+    check("store", part, to.size(), from.size());
+    detail::encode(from.data(), to.data() + part.begin, part.size(), cast, part.begin);
+  }
+
+ private:
+  template <class Body>
+  friend void launch(const gpsimd::options&, Body&&);
+  core(std::size_t id, const gpsimd::options& opt, const detail::local_memory& local)
+      : id_(id), options_(&opt), local_(&local) {}
+
+  static void check(const char* what, range part, std::size_t tensor, std::size_t local) {
+    const std::string function = std::string("tilekern::gpsimd::core::") + what;
+    if (part.begin > part.end || part.end > tensor) {
+      throw shape_error(function + ": range [" + std::to_string(part.begin) + ", " +
+                        std::to_string(part.end) + ") is outside the tensor of " +
+                        std::to_string(tensor) + " elements");
+    }
+    if (part.size() > local) {
+      throw shape_error(function + ": range has " + std::to_string(part.size()) +
+                        " elements, the local span " + std::to_string(local));
+    }
+  }
+
+  std::size_t id_;
+  const gpsimd::options* options_;
+  const detail::local_memory* local_;
+};
+
+// Runs body(core&) once per logical core, as the hardware runs a kernel on each GPSIMD core.
+template <class Body>
+void launch(const options& opt, Body&& body) {
+  static_assert(std::is_invocable_v<Body&, core&>,
+                "tilekern::gpsimd::launch: the body must be callable with a gpsimd::core&");
+  detail::check_options("tilekern::gpsimd::launch", opt);
+  detail::run_cores(opt, [&](std::size_t id) {
+    const detail::local_memory local(opt.local_bytes);
+    core self(id, opt, local);
+    body(self);
+  });
+}
+
+}  // namespace tilekern::gpsimd

@@ -1,0 +1,67 @@
+#pragma once
+// Strided two-dimensional views over memory the caller owns.
+//
+// view<T> is rows x cols elements of T in row-major order with a leading dimension: row r starts
+// at data + r * stride (stride >= cols). It never owns or allocates. A contiguous range (a span,
+// a vector) is a view of one row, so every kernel that takes views takes plain arrays too.
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include "tilekern/error.hpp"
+
+namespace tilekern {
+
+template <class T>
+class view {
+ public:
+  using element_type = T;
+
+  view() = default;
+  // Throws shape_error if stride < cols (rows would overlap).
+  view(T* data, std::size_t rows, std::size_t cols, std::size_t stride)
+      : data_(data), rows_(rows), cols_(cols), stride_(stride) {
+    if (stride < cols && rows > 1) {
+      throw shape_error("tilekern::view: stride " + std::to_string(stride) +
+                        " is less than the row length " + std::to_string(cols));
+    }
+  }
+  view(T* data, std::size_t rows, std::size_t cols) : view(data, rows, cols, cols) {}
+  // One row holding a contiguous range; implicit, as arrays are views. The constraint keeps views
+  // themselves on the copy constructor.
+  template <class Range>
+    requires std::is_convertible_v<decltype(std::span(std::declval<Range&>())), std::span<T>>
+  // NOLINTNEXTLINE(google-explicit-constructor, bugprone-forwarding-reference-overload)
+  view(Range&& range)
+      : view(std::span<T>(range).data(), 1, std::span<T>(range).size()) {}
+  // A view of T is a view of const T.
+  template <class U>
+    requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
+  view(const view<U>& other)  // NOLINT(google-explicit-constructor)
+      : data_(other.data()), rows_(other.rows()), cols_(other.cols()), stride_(other.stride()) {}
+
+  T* data() const { return data_; }
+  std::size_t rows() const { return rows_; }
+  std::size_t cols() const { return cols_; }
+  std::size_t stride() const { return stride_; }
+  std::size_t size() const { return rows_ * cols_; }
+  bool empty() const { return size() == 0; }
+  // Whether the elements are one run of memory (no gaps between rows).
+  bool contiguous() const { return stride_ == cols_ || rows_ <= 1; }
+
+  std::span<T> row(std::size_t r) const { return {data_ + r * stride_, cols_}; }
+  T& operator()(std::size_t r, std::size_t c) const { return data_[r * stride_ + c]; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t rows_ = 0;
+  std::size_t cols_ = 0;
+  std::size_t stride_ = 0;
+};
+
+template <class Range>
+view(Range&& range) -> view<typename decltype(std::span(range))::element_type>;
+
+}  // namespace tilekern
