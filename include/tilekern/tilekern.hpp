@@ -3,6 +3,8 @@
 
 #include "tilekern/engine/gpsimd.hpp"
 #include "tilekern/error.hpp"
+#include "tilekern/kernels/rmsnorm.hpp"
+#include "tilekern/reference/rmsnorm.hpp"
 #include "tilekern/simd/convert.hpp"
 #include "tilekern/simd/isa.hpp"
 #include "tilekern/tile/tile.hpp"

@@ -1,5 +1,5 @@
-# tilekern-report --quick prints the machine line, the memcpy line, and a conversion row for
-# every format in FORMATS and every rounding mode.
+# tilekern-report --quick prints the machine line, the memcpy line, a conversion row for every
+# format in FORMATS and every rounding mode, and the custom operator rows.
 #   cmake -DPROGRAM=... "-DFORMATS=bf16;fp16;..." -P check_report.cmake
 execute_process(COMMAND ${PROGRAM} --quick RESULT_VARIABLE status OUTPUT_VARIABLE output
                 ERROR_VARIABLE errors)
@@ -14,6 +14,13 @@ string(REPEAT " +[-+0-9.einf]+" 11 numbers)
 foreach(format IN LISTS FORMATS)
   foreach(rounding nearest zero stochastic)
     list(APPEND expected "\n${format} +${rounding}${numbers}\n")
+  endforeach()
+endforeach()
+# the custom operators table: each operator, bf16 in both rounding modes and float
+list(APPEND expected "\ncustom operators \\(gpsimd\\)\n")
+foreach(op relu gelu_erf bias_gelu "tanh_derivative: tanh" rmsnorm)
+  foreach(cast "bf16 +nearest" "bf16 +stochastic" "float +-")
+    list(APPEND expected "\n${op} +${cast} +[0-9.]+ +[-+0-9.einf]+ +[-+0-9.einf]+\n")
   endforeach()
 endforeach()
 foreach(pattern IN LISTS expected)

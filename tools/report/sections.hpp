@@ -11,6 +11,7 @@ namespace tilekern::report {
 
 table memory_section(const settings& options);
 table conversion_section(const settings& options);
+table gpsimd_section(const settings& options);
 
 struct section {
   std::string_view name;
@@ -20,6 +21,7 @@ struct section {
 inline constexpr section sections[] = {
     {"memory", memory_section},
     {"conversion", conversion_section},
+    {"gpsimd", gpsimd_section},
 };
 
 }  // namespace tilekern::report

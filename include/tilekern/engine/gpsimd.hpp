@@ -27,13 +27,14 @@
 // Batches: an operator is called with xsimd::batch<float, A>, where A is the widest
 // architecture the active ISA path (simd/isa.hpp, TILEKERN_ISA) allows and the operator accepts:
 // avx512bw on the avx512 and amx paths (16 lanes), fma3<avx2> on avx2 (8), sse2 on scalar (4
-// lanes, with the scalar format conversions). A generic operator (auto parameters) follows the
-// path; one written for xsimd::batch<float> runs at the build's default width.
+// lanes, with the scalar format conversions; in a build without AVX2, whose only path is scalar,
+// the build's default architecture). A generic operator (auto parameters) follows the path; one
+// written for xsimd::batch<float> runs at the build's default width whatever the path.
 //
-// Elementwise operators never touch local memory: each batch is decoded from the tensor into
-// registers, passed to the operator and encoded back, which is what local memory would cost
-// nothing to hold. Row-wise and tile-wise operators stage their rows and tiles in a local memory
-// of options.local_bytes per core and throw shape_error if they do not fit.
+// Elementwise operators need no local memory: each batch goes from the tensor into registers,
+// through the operator and back (staging whole chunks through memory would only add a pass over
+// them). Row-wise and tile-wise operators stage their rows and tiles in a local memory of
+// options.local_bytes per core, and throw shape_error if those do not fit.
 //
 // An operator must treat lanes independently (elementwise) and be safe to call from several
 // threads at once. An exception it throws is rethrown to the caller, after every core has
@@ -53,13 +54,14 @@
 #include <type_traits>
 #include <utility>
 
-// GCC 12 reports xsimd's AVX-512 intrinsics as maybe-uninitialized where they are inlined (GCC bug
-// 105593; the intrinsics start from an "undefined" register). GCC checks the pragma at the xsimd
-// lines they are inlined from, so this silences them in user code too, if tilekern is included
-// before xsimd.
+// GCC 12 reports xsimd's AVX-512 intrinsics as maybe-uninitialized, or uninitialized where it
+// does not inline xsimd's math (GCC bug 105593; the intrinsics start from an "undefined" register).
+// GCC checks the pragma at the xsimd lines they are inlined from, so this silences them in user
+// code too, if tilekern is included before xsimd.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <xsimd/xsimd.hpp>
 #pragma GCC diagnostic pop
 #else
@@ -82,9 +84,9 @@
 namespace tilekern::gpsimd {
 
 struct options {
-  std::size_t cores = 8;                // logical cores the work is split over, as on the hardware
+  std::size_t cores = 8;  // logical cores the work is split over, as on the hardware
   std::size_t local_bytes = std::size_t{64} << 10;  // local memory of each core: 64 KiB
-  cast_options cast = {};               // rounding and overflow of every output
+  cast_options cast = {};                           // rounding and overflow of every output
   // Machine threads the cores run on: 0 for OpenMP's default, 1 for the calling thread only.
   // Without OpenMP every core runs on the calling thread.
   std::size_t threads = 0;
@@ -94,8 +96,8 @@ struct options {
 struct range {
   std::size_t begin = 0;
   std::size_t end = 0;
-  std::size_t size() const { return end - begin; }
-  bool empty() const { return begin == end; }
+  constexpr std::size_t size() const { return end - begin; }
+  constexpr bool empty() const { return begin == end; }
   friend bool operator==(const range&, const range&) = default;
 };
 
@@ -103,7 +105,7 @@ struct range {
 // exactly one share. Shares are as even as `grain` allows: their bounds are multiples of `grain`
 // (except n), and they differ by at most one grain.
 constexpr range share(std::size_t n, std::size_t id, std::size_t count, std::size_t grain = 1) {
-  const auto units = static_cast<unsigned __int128>((n + grain - 1) / grain);
+  const unsigned __int128 units = n / grain + (n % grain != 0 ? 1 : 0);
   const auto bound = [&](std::size_t core) {
     return std::min(n, static_cast<std::size_t>(units * core / count) * grain);
   };
@@ -144,24 +146,25 @@ constexpr bool is_element =
 
 template <class... Tensors>
 auto inputs(Tensors&&... tensors) {
-  using list = input_list<view<const std::remove_const_t<
-      typename decltype(detail::as_view(std::declval<Tensors>()))::element_type>>...>;
+  using list = input_list<view<const std::remove_const_t<typename decltype(detail::as_view(
+      std::declval<Tensors>()))::element_type>>...>;
   static_assert((detail::is_element<typename decltype(detail::as_view(
-                     std::declval<Tensors>()))::element_type> && ...),
+                     std::declval<Tensors>()))::element_type> &&
+                 ...),
                 "tilekern::gpsimd::inputs: tensors hold float or a tilekern format");
   return list{{detail::as_view(std::forward<Tensors>(tensors))...}};
 }
 
 template <class... Tensors>
 auto outputs(Tensors&&... tensors) {
-  using list =
-      output_list<decltype(detail::as_view(std::declval<Tensors>()))...>;
-  static_assert(
-      (!std::is_const_v<typename decltype(detail::as_view(std::declval<Tensors>()))::element_type> &&
-       ...),
-      "tilekern::gpsimd::outputs: outputs must be writable (not views of const)");
+  using list = output_list<decltype(detail::as_view(std::declval<Tensors>()))...>;
+  static_assert((!std::is_const_v<typename decltype(detail::as_view(
+                     std::declval<Tensors>()))::element_type> &&
+                 ...),
+                "tilekern::gpsimd::outputs: outputs must be writable (not views of const)");
   static_assert((detail::is_element<typename decltype(detail::as_view(
-                     std::declval<Tensors>()))::element_type> && ...),
+                     std::declval<Tensors>()))::element_type> &&
+                 ...),
                 "tilekern::gpsimd::outputs: tensors hold float or a tilekern format");
   return list{{detail::as_view(std::forward<Tensors>(tensors))...}};
 }
@@ -176,8 +179,8 @@ class row : public std::span<T> {
   row(T* data, std::size_t size) : std::span<T>(data, size) {}
   // A writable row can be read as an input.
   template <class U>
-    requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
-  row(const row<U, Arch>& other)  // NOLINT(google-explicit-constructor)
+  requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
+      row(const row<U, Arch>& other)  // NOLINT(google-explicit-constructor)
       : std::span<T>(other.data(), other.size()) {}
 };
 
@@ -199,7 +202,14 @@ struct path {
   static constexpr std::size_t lanes = batch::size;
 };
 
+// The scalar path's batches: sse2 (every x86-64 has it) next to the vector paths, or the build's
+// default architecture when it has none of them, so that an operator written for
+// xsimd::batch<float> always has a path.
+#if defined(TILEKERN_CONVERT_AVX2)
 using scalar_path = path<xsimd::sse2, isa::scalar>;
+#else
+using scalar_path = path<xsimd::default_arch, isa::scalar>;
+#endif
 #if defined(TILEKERN_CONVERT_AVX2) && XSIMD_WITH_FMA3_AVX2
 using avx2_path = path<xsimd::fma3<xsimd::avx2>, isa::avx2>;
 #endif
@@ -209,7 +219,7 @@ using avx512_path = path<xsimd::avx512bw, isa::avx512>;
 
 // Calls body(paths...), widest first.
 template <class Body>
-decltype(auto) visit_paths(Body&& body) {
+constexpr decltype(auto) visit_paths(Body&& body) {
   return body(
 #if defined(TILEKERN_CONVERT_AVX512) && XSIMD_WITH_AVX512BW
       avx512_path(),
@@ -225,10 +235,7 @@ decltype(auto) visit_paths(Body&& body) {
 template <template <class> class Accepts, class Body>
 void with_path(Body&& body) {
   visit_paths([&](auto... paths) {
-    static_assert((Accepts<decltype(paths)>::value || ...),
-                  "tilekern::gpsimd: the operator cannot be called with xsimd::batch<float> "
-                  "arguments as its kind requires (see engine/gpsimd.hpp); writing its parameters "
-                  "as `auto` lets it take every batch width");
+    static_assert((Accepts<decltype(paths)>::value || ...));  // checked by each kind first
     const isa level = active_isa();
     bool done = false;
     const auto attempt = [&](auto p, bool allowed) {
@@ -244,12 +251,30 @@ void with_path(Body&& body) {
   });
 }
 
-// Element j of a batch holding elements i.. of a tensor.
+// Whether some path's batches (or rows) are accepted.
+template <template <class> class Accepts>
+constexpr bool accepted_by_some_path() {
+  return visit_paths([](auto... paths) { return (Accepts<decltype(paths)>::value || ...); });
+}
+
+// A batch of Path holding the values of `Path::lanes` elements at p. bf16 is widened by a shift
+// alone: NaNs keep their quiet bit (convert() quiets them), which only a float output of an
+// operator that returns its argument unchanged can show; arithmetic quiets NaNs, and so does
+// every minifloat output.
 template <class Path, class T>
 TILEKERN_GPSIMD_INLINE inline typename Path::batch load_batch(const T* p) {
   using batch = typename Path::batch;
   if constexpr (std::is_same_v<T, float>) {
     return batch::load_unaligned(p);
+  } else if constexpr (std::is_same_v<T, bf16> && Path::level != isa::scalar) {
+#if defined(TILEKERN_CONVERT_AVX2)
+    const hn::Simd<std::uint32_t, Path::lanes, 0> du;
+    const hn::Rebind<std::uint16_t, decltype(du)> d16;
+    const auto codes = hn::LoadU(d16, tilekern::detail::storage_of(p));
+    return batch(
+        hn::BitCast(hn::Simd<float, Path::lanes, 0>(), hn::ShiftLeft<16>(hn::PromoteTo(du, codes)))
+            .raw);
+#endif
   } else if constexpr (Path::level == isa::scalar) {
     alignas(64) float values[Path::lanes];
     for (std::size_t j = 0; j < Path::lanes; ++j) values[j] = p[j].to_float();
@@ -257,7 +282,7 @@ TILEKERN_GPSIMD_INLINE inline typename Path::batch load_batch(const T* p) {
   } else {
 #if defined(TILEKERN_CONVERT_AVX2)
     return batch(tilekern::detail::decode_block<T>(hn::Simd<float, Path::lanes, 0>(),
-                                                 tilekern::detail::storage_of(p))
+                                                   tilekern::detail::storage_of(p))
                      .raw);
 #endif
   }
@@ -275,8 +300,7 @@ class batch_writer {  // float: nothing to round
 };
 
 template <class Path, class T, rounding Mode>
-  requires(minifloat_format<T> && Path::level == isa::scalar)
-class batch_writer<Path, T, Mode> {
+requires(minifloat_format<T>&& Path::level == isa::scalar) class batch_writer<Path, T, Mode> {
  public:
   explicit batch_writer(const cast_options& cast)
       : key_(random_key::from(cast.seed, cast.stream)), on_overflow_(cast.on_overflow) {}
@@ -296,8 +320,7 @@ class batch_writer<Path, T, Mode> {
 
 #if defined(TILEKERN_CONVERT_AVX2)
 template <class Path, class T, rounding Mode>
-  requires(minifloat_format<T> && Path::level != isa::scalar)
-class batch_writer<Path, T, Mode> {
+requires(minifloat_format<T>&& Path::level != isa::scalar) class batch_writer<Path, T, Mode> {
  public:
   explicit batch_writer(const cast_options& cast) : encode_(lanes(), cast) {}
   TILEKERN_GPSIMD_INLINE void operator()(typename Path::batch x, T* p, std::uint64_t index) const {
@@ -343,8 +366,8 @@ std::pair<std::size_t, std::size_t> check_shapes(const char* function,
       [&](const auto&... v) {
         ((v.rows() == rows && v.cols() == cols
               ? void(++k)
-              : throw shape_error(std::string(function) + ": output " + std::to_string(k) +
-                                  " is " + shape_text(v.rows(), v.cols()) + ", expected " +
+              : throw shape_error(std::string(function) + ": output " + std::to_string(k) + " is " +
+                                  shape_text(v.rows(), v.cols()) + ", expected " +
                                   shape_text(rows, cols) + " (the shape of output 0)")),
          ...);
       },
@@ -406,10 +429,15 @@ inline void check_local_memory(const char* function, std::size_t needed, const o
   }
 }
 
-// Runs body(core) for each logical core, spread over the machine's threads. An exception thrown
-// by a core is rethrown here, the lowest core's if several throw.
+// Elements of work below which another thread costs more than it saves.
+inline constexpr std::size_t elements_per_thread = std::size_t{1} << 15;
+
+// Runs body(core) for each logical core, spread over the machine's threads: each thread takes the
+// next core when it is free (which cores share a thread changes nothing in the results), and
+// `elements` of work get a thread per elements_per_thread at most. An exception thrown by a core
+// is rethrown here, the lowest core's if several throw.
 template <class Body>
-void run_cores(const options& opt, Body&& body) {
+void run_cores(const options& opt, std::size_t elements, Body&& body) {
   std::exception_ptr error;
   std::size_t error_core = opt.cores;
   const auto run = [&](std::size_t core) {
@@ -426,12 +454,15 @@ void run_cores(const options& opt, Body&& body) {
     }
   };
 #if defined(_OPENMP)
-  const auto available = opt.threads != 0 ? opt.threads : static_cast<std::size_t>(omp_get_max_threads());
-  const int threads = static_cast<int>(std::min(opt.cores, available));
+  const auto available =
+      opt.threads != 0 ? opt.threads : static_cast<std::size_t>(omp_get_max_threads());
+  const auto worth = std::max<std::size_t>(1, elements / elements_per_thread);
+  const int threads = static_cast<int>(std::min({opt.cores, available, worth}));
   const auto cores = static_cast<std::ptrdiff_t>(opt.cores);
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
   for (std::ptrdiff_t core = 0; core < cores; ++core) run(static_cast<std::size_t>(core));
 #else
+  (void)elements;
   for (std::size_t core = 0; core < opt.cores; ++core) run(core);
 #endif
   if (error) std::rethrow_exception(error);
@@ -441,12 +472,12 @@ void run_cores(const options& opt, Body&& body) {
 class local_memory {
  public:
   explicit local_memory(std::size_t bytes)
-      : data_(static_cast<std::byte*>(::operator new(std::max<std::size_t>(bytes, 64),
-                                                     std::align_val_t{64}))),
+      : data_(static_cast<std::byte*>(
+            ::operator new (std::max<std::size_t>(bytes, 64), std::align_val_t{64}))),
         bytes_(bytes) {}
   local_memory(const local_memory&) = delete;
   local_memory& operator=(const local_memory&) = delete;
-  ~local_memory() { ::operator delete(data_, std::align_val_t{64}); }
+  ~local_memory() { ::operator delete (data_, std::align_val_t{64}); }
 
   std::byte* data() const { return data_; }
   std::size_t bytes() const { return bytes_; }
@@ -495,8 +526,8 @@ void elementwise_segment(Op& op, std::tuple<const In*...> in, std::tuple<Out*...
   const Writers writers = shared_writers;  // a local copy, which the compiler keeps in registers
   const auto block = [&](std::tuple<const In*...> from, std::tuple<Out*...> to,
                          std::uint64_t index) TILEKERN_GPSIMD_INLINE {
-    auto results = as_tuple(
-        std::apply([&](const auto*... p) { return op(load_batch<Path>(p)...); }, from));
+    auto results =
+        as_tuple(std::apply([&](const auto*... p) { return op(load_batch<Path>(p)...); }, from));
     static_assert(std::tuple_size_v<decltype(results)> == sizeof...(Out),
                   "tilekern::gpsimd::elementwise: the operator returns a different number of "
                   "batches than there are outputs (return a std::tuple for several outputs)");
@@ -513,9 +544,8 @@ void elementwise_segment(Op& op, std::tuple<const In*...> in, std::tuple<Out*...
   const std::size_t rest = n - i;
   std::tuple<std::array<In, lanes>...> in_tail{};
   std::tuple<std::array<Out, lanes>...> out_tail{};
-  for_indices(std::index_sequence_for<In...>(), [&](auto k) {
-    std::copy_n(std::get<k>(in) + i, rest, std::get<k>(in_tail).data());
-  });
+  for_indices(std::index_sequence_for<In...>(),
+              [&](auto k) { std::copy_n(std::get<k>(in) + i, rest, std::get<k>(in_tail).data()); });
   block(std::apply([](auto&... a) { return std::tuple<const In*...>(a.data()...); }, in_tail),
         std::apply([](auto&... a) { return std::tuple<Out*...>(a.data()...); }, out_tail),
         first + i);
@@ -531,18 +561,22 @@ void elementwise_on(Op& op, const std::tuple<view<const In>...>& in,
   const auto writers = [&]<std::size_t... K>(std::index_sequence<K...>) {
     return std::tuple<batch_writer<Path, Out, Mode>...>(
         batch_writer<Path, Out, Mode>(output_cast(opt.cast, K))...);
-  }(std::index_sequence_for<Out...>());
+  }
+  (std::index_sequence_for<Out...>());
   // Without broadcasts or gaps between rows, the tensors are one row of rows * cols elements.
-  const bool flat = std::apply([&](const auto&... v) { return ((v.contiguous() && v.rows() == rows) && ...); }, in) &&
-                    std::apply([](const auto&... v) { return (v.contiguous() && ...); }, out);
+  const bool flat =
+      std::apply([&](const auto&... v) { return ((v.contiguous() && v.rows() == rows) && ...); },
+                 in) &&
+      std::apply([](const auto&... v) { return (v.contiguous() && ...); }, out);
   const std::size_t segment = flat ? rows * cols : cols;
-  run_cores(opt, [&](std::size_t core) {
+  run_cores(opt, rows * cols, [&](std::size_t core) {
     const range mine = share(rows * cols, core, opt.cores, 4 * Path::lanes);
     for (std::size_t i = mine.begin; i < mine.end;) {
       const std::size_t r = i / segment, c = i % segment;
       const std::size_t end = std::min(mine.end, (r + 1) * segment);
       elementwise_segment<Path>(
-          op, std::apply([&](const auto&... v) { return std::tuple(row_pointer(v, r) + c...); }, in),
+          op,
+          std::apply([&](const auto&... v) { return std::tuple(row_pointer(v, r) + c...); }, in),
           std::apply([&](const auto&... v) { return std::tuple(row_pointer(v, r) + c...); }, out),
           writers, end - i, i);
       i = end;
@@ -558,9 +592,9 @@ struct rowwise_accepts {
   struct test {
     template <std::size_t... I, std::size_t... O>
     static constexpr bool check(std::index_sequence<I...>, std::index_sequence<O...>) {
-      return std::is_invocable_v<Op&,
-                                 decltype((void(I), row<const float, typename Path::arch>(nullptr, 0)))...,
-                                 decltype((void(O), row<float, typename Path::arch>(nullptr, 0)))...>;
+      return std::is_invocable_v<
+          Op&, decltype((void(I), row<const float, typename Path::arch>(nullptr, 0)))...,
+          decltype((void(O), row<float, typename Path::arch>(nullptr, 0)))...>;
     }
     static constexpr bool value =
         check(std::make_index_sequence<Inputs>(), std::make_index_sequence<Outputs>());
@@ -580,6 +614,54 @@ struct tilewise_accepts {
       check(std::make_index_sequence<Inputs>(), std::make_index_sequence<Outputs>());
 };
 
+// Rows of the tensors staged through local memory (`stride` floats apart), one core's share at a
+// time: inputs decoded (one-row inputs once), the operator called, outputs encoded.
+template <class Path, rounding Mode, class Op, class... In, class... Out>
+void rowwise_on(Op& op, const std::tuple<view<const In>...>& in,
+                const std::tuple<view<Out>...>& out, std::size_t rows, std::size_t cols,
+                std::size_t stride, const options& opt) {
+  using arch = typename Path::arch;
+  const auto identity = [](auto x) TILEKERN_GPSIMD_INLINE { return x; };
+  const std::tuple<batch_writer<Path, float, Mode>> to_local(cast_options{});
+  const auto writers = [&]<std::size_t... K>(std::index_sequence<K...>) {
+    return std::tuple<std::tuple<batch_writer<Path, Out, Mode>>...>(
+        batch_writer<Path, Out, Mode>(output_cast(opt.cast, K))...);
+  }
+  (std::index_sequence_for<Out...>());
+  run_cores(opt, rows * cols, [&](std::size_t core) {
+    const range mine = share(rows, core, opt.cores);
+    if (mine.empty()) return;
+    const local_memory local(opt.local_bytes);
+    float* const base = reinterpret_cast<float*>(local.data());
+    const auto array = [&](std::size_t k) { return base + k * stride; };
+    const auto stage_in = [&](auto k, std::size_t r) {
+      elementwise_segment<Path>(identity, std::tuple(row_pointer(std::get<k>(in), r)),
+                                std::tuple(array(k)), to_local, cols, 0);
+    };
+    for_indices(std::index_sequence_for<In...>(), [&](auto k) {
+      if (std::get<k>(in).rows() == 1) stage_in(k, 0);  // broadcast: once
+    });
+    for (std::size_t r = mine.begin; r < mine.end; ++r) {
+      for_indices(std::index_sequence_for<In...>(), [&](auto k) {
+        if (std::get<k>(in).rows() != 1) stage_in(k, r);
+      });
+      std::fill(array(sizeof...(In)), array(sizeof...(In) + sizeof...(Out)), 0.0f);
+      [&]<std::size_t... I, std::size_t... O>(std::index_sequence<I...>,
+                                              std::index_sequence<O...>) {
+        op(row<const float, arch>(array(I), cols)...,
+           row<float, arch>(array(sizeof...(In) + O), cols)...);
+      }
+      (std::index_sequence_for<In...>(), std::index_sequence_for<Out...>());
+      for_indices(std::index_sequence_for<Out...>(), [&](auto k) {
+        const float* from = array(sizeof...(In) + k);
+        elementwise_segment<Path>(identity, std::tuple(from),
+                                  std::tuple(row_pointer(std::get<k>(out), r)),
+                                  std::get<k>(writers), cols, r * cols);
+      });
+    }
+  });
+}
+
 }  // namespace detail
 
 // ---- the operator kinds ----
@@ -592,13 +674,18 @@ void elementwise(Op op, const input_list<view<const In>...>& in,
   constexpr const char* function = "tilekern::gpsimd::elementwise";
   detail::check_options(function, opt);
   const auto shape = detail::check_shapes(function, in.views, out.views);
-  const std::size_t rows = shape.first, cols = shape.second;  // not a structured binding: clang 14 cannot capture one
+  const std::size_t rows = shape.first,
+                    cols = shape.second;  // not a structured binding: clang 14 cannot capture one
   if (rows * cols == 0) return;
   using accepts = detail::elementwise_accepts<Op, sizeof...(In)>;
+  static_assert(detail::accepted_by_some_path<accepts::template test>(),
+                "tilekern::gpsimd::elementwise: the operator must be callable with one "
+                "xsimd::batch<float> per input (check the number of parameters; `auto` parameters "
+                "take every batch width)");
   detail::with_path<accepts::template test>([&](auto path) {
     tilekern::detail::visit_rounding(opt.cast.round, [&](auto mode) {
       detail::elementwise_on<decltype(path), decltype(mode)::value>(op, in.views, out.views, rows,
-                                                                   cols, opt);
+                                                                    cols, opt);
     });
   });
 }
@@ -613,41 +700,22 @@ void rowwise(Op op, const input_list<view<const In>...>& in, const output_list<v
   constexpr std::size_t arrays = sizeof...(In) + sizeof...(Out);
   detail::check_options(function, opt);
   const auto shape = detail::check_shapes(function, in.views, out.views);
-  const std::size_t rows = shape.first, cols = shape.second;  // not a structured binding: clang 14 cannot capture one
+  const std::size_t rows = shape.first,
+                    cols = shape.second;  // not a structured binding: clang 14 cannot capture one
   const std::size_t stride = (cols + 15) / 16 * 16;  // floats from one local row to the next
-  detail::check_local_memory(function, arrays * stride * sizeof(float), opt,
-                             "a row of " + std::to_string(cols) + " elements in " +
-                                 std::to_string(arrays) + " arrays");
+  detail::check_local_memory(
+      function, arrays * stride * sizeof(float), opt,
+      "a row of " + std::to_string(cols) + " elements in " + std::to_string(arrays) + " arrays");
   if (rows * cols == 0) return;
   using accepts = detail::rowwise_accepts<Op, sizeof...(In), sizeof...(Out)>;
+  static_assert(detail::accepted_by_some_path<accepts::template test>(),
+                "tilekern::gpsimd::rowwise: the operator must be callable with one "
+                "gpsimd::row<const float, A> per input, then one gpsimd::row<float, A> per output "
+                "(check the number of parameters; `auto` parameters take every batch width)");
   detail::with_path<accepts::template test>([&](auto path) {
-    using arch = typename decltype(path)::arch;
-    detail::run_cores(opt, [&](std::size_t core) {
-      const range mine = share(rows, core, opt.cores);
-      if (mine.empty()) return;
-      const detail::local_memory local(opt.local_bytes);
-      float* const base = reinterpret_cast<float*>(local.data());
-      const auto array = [&](std::size_t k) { return base + k * stride; };
-      // Broadcast inputs are staged once.
-      detail::for_indices(std::index_sequence_for<In...>(), [&](auto k) {
-        const auto& v = std::get<k>(in.views);
-        if (v.rows() == 1) detail::decode(v.data(), array(k), cols);
-      });
-      for (std::size_t r = mine.begin; r < mine.end; ++r) {
-        detail::for_indices(std::index_sequence_for<In...>(), [&](auto k) {
-          const auto& v = std::get<k>(in.views);
-          if (v.rows() != 1) detail::decode(detail::row_pointer(v, r), array(k), cols);
-        });
-        std::fill(array(sizeof...(In)), array(arrays), 0.0f);
-        [&]<std::size_t... I, std::size_t... O>(std::index_sequence<I...>, std::index_sequence<O...>) {
-          op(row<const float, arch>(array(I), cols)...,
-             row<float, arch>(array(sizeof...(In) + O), cols)...);
-        }(std::index_sequence_for<In...>(), std::index_sequence_for<Out...>());
-        detail::for_indices(std::index_sequence_for<Out...>(), [&](auto k) {
-          detail::encode(array(sizeof...(In) + k), detail::row_pointer(std::get<k>(out.views), r),
-                         cols, detail::output_cast(opt.cast, k), r * cols);
-        });
-      }
+    tilekern::detail::visit_rounding(opt.cast.round, [&](auto mode) {
+      detail::rowwise_on<decltype(path), decltype(mode)::value>(op, in.views, out.views, rows, cols,
+                                                                stride, opt);
     });
   });
 }
@@ -668,13 +736,14 @@ void tilewise(Op op, const input_list<view<const In>...>& in, const output_list<
   constexpr std::size_t arrays = sizeof...(In) + sizeof...(Out);
   detail::check_options(function, opt);
   const auto shape = detail::check_shapes(function, in.views, out.views);
-  const std::size_t rows = shape.first, cols = shape.second;  // not a structured binding: clang 14 cannot capture one
+  const std::size_t rows = shape.first,
+                    cols = shape.second;  // not a structured binding: clang 14 cannot capture one
   detail::check_local_memory(function, arrays * sizeof(float_tile), opt,
                              std::to_string(arrays) + " tiles of " + std::to_string(Rows) + "x" +
                                  std::to_string(Cols) + " fp32");
   const std::size_t tile_rows = (rows + Rows - 1) / Rows, tile_cols = (cols + Cols - 1) / Cols;
   if (tile_rows * tile_cols == 0) return;
-  detail::run_cores(opt, [&](std::size_t core) {
+  detail::run_cores(opt, rows * cols, [&](std::size_t core) {
     const range mine = share(tile_rows * tile_cols, core, opt.cores);
     if (mine.empty()) return;
     const detail::local_memory local(opt.local_bytes);
@@ -690,9 +759,11 @@ void tilewise(Op op, const input_list<view<const In>...>& in, const output_list<
                          tiles[k].row(r).data(), width);
         }
       });
-      [&]<std::size_t... I, std::size_t... O>(std::index_sequence<I...>, std::index_sequence<O...>) {
+      [&]<std::size_t... I, std::size_t... O>(std::index_sequence<I...>,
+                                              std::index_sequence<O...>) {
         op(std::as_const(tiles[I])..., tiles[sizeof...(In) + O]...);
-      }(std::index_sequence_for<In...>(), std::index_sequence_for<Out...>());
+      }
+      (std::index_sequence_for<In...>(), std::index_sequence_for<Out...>());
       detail::for_indices(std::index_sequence_for<Out...>(), [&](auto k) {
         for (std::size_t r = 0; r < height; ++r) {
           detail::encode(tiles[sizeof...(In) + k].row(r).data(),
@@ -708,21 +779,21 @@ void tilewise(Op op, const input_list<view<const In>...>& in, const output_list<
 
 namespace detail {
 
-// Calls body(batch..., valid) for each batch of the rows (n elements each), the last one
+// Calls body(offset, valid, batch...) for each batch of the rows (n elements each), the last one
 // zero-padded, with `valid` its number of real lanes.
 template <class Arch, class Body, class... T>
 void for_each_batch(std::size_t n, Body&& body, const T*... rows) {
   using batch = xsimd::batch<float, Arch>;
   constexpr std::size_t lanes = batch::size;
   std::size_t i = 0;
-  for (; i + lanes <= n; i += lanes) body(lanes, batch::load_unaligned(rows + i)...);
+  for (; i + lanes <= n; i += lanes) body(i, lanes, batch::load_unaligned(rows + i)...);
   if (i == n) return;
   const auto padded = [&](const float* row) {
     alignas(64) float values[lanes] = {};
     std::copy_n(row + i, n - i, values);
     return batch::load_aligned(values);
   };
-  body(n - i, padded(rows)...);
+  body(i, n - i, padded(rows)...);
 }
 
 template <class Arch>
@@ -748,28 +819,33 @@ std::size_t common_size(const char* function, const Rows&... rows) {
 
 // The sum over a row of f(x[i], ...), in fp32: lane-wise partial sums added in a fixed order, so
 // the same row gives the same bits on the same ISA path. Rows must have the same length.
-template <class Fn, class Arch, class... More>
-float sum(Fn f, row<const float, Arch> x, const More&... more) {
+template <class Fn, class T, class Arch, class... More>
+requires std::is_same_v < std::remove_const_t<T>,
+float > float sum(Fn f, const row<T, Arch>& x, const More&... more) {
   using batch = xsimd::batch<float, Arch>;
   const std::size_t n = detail::common_size("tilekern::gpsimd::sum", x, more...);
   batch total(0.0f);
   detail::for_each_batch<Arch>(
       n,
-      [&](std::size_t valid, auto... values) {
+      [&](std::size_t, std::size_t valid, auto... values) {
         const batch term = f(values...);
-        total += valid == batch::size ? term : xsimd::select(detail::first_lanes<Arch>(valid), term, batch(0.0f));
+        total += valid == batch::size
+                     ? term
+                     : xsimd::select(detail::first_lanes<Arch>(valid), term, batch(0.0f));
       },
       x.data(), more.data()...);
   return xsimd::hadd(total);
 }
-template <class Arch>
-float sum(row<const float, Arch> x) {
+template <class T, class Arch>
+requires std::is_same_v < std::remove_const_t<T>,
+float > float sum(const row<T, Arch>& x) {
   return sum([](auto v) { return v; }, x);
 }
 
 // The maximum over a row of f(x[i], ...): NaN if any term is NaN, -inf for an empty row.
-template <class Fn, class Arch, class... More>
-float max(Fn f, row<const float, Arch> x, const More&... more) {
+template <class Fn, class T, class Arch, class... More>
+requires std::is_same_v < std::remove_const_t<T>,
+float > float max(Fn f, const row<T, Arch>& x, const More&... more) {
   using batch = xsimd::batch<float, Arch>;
   const std::size_t n = detail::common_size("tilekern::gpsimd::max", x, more...);
   const batch lowest(-std::numeric_limits<float>::infinity());
@@ -777,10 +853,11 @@ float max(Fn f, row<const float, Arch> x, const More&... more) {
   auto nan = batch(0.0f) != batch(0.0f);
   detail::for_each_batch<Arch>(
       n,
-      [&](std::size_t valid, auto... values) {
+      [&](std::size_t, std::size_t valid, auto... values) {
         batch term = f(values...);
-        if (valid != batch::size) term = xsimd::select(detail::first_lanes<Arch>(valid), term, lowest);
-        nan = nan || (term != term);
+        if (valid != batch::size)
+          term = xsimd::select(detail::first_lanes<Arch>(valid), term, lowest);
+        nan = nan || xsimd::isnan(term);  // not term != term: xsimd's != is ordered on AVX
         best = xsimd::max(best, term);
       },
       x.data(), more.data()...);
@@ -789,8 +866,9 @@ float max(Fn f, row<const float, Arch> x, const More&... more) {
   best.store_aligned(lanes);
   return *std::max_element(lanes, lanes + batch::size);
 }
-template <class Arch>
-float max(row<const float, Arch> x) {
+template <class T, class Arch>
+requires std::is_same_v < std::remove_const_t<T>,
+float > float max(const row<T, Arch>& x) {
   return max([](auto v) { return v; }, x);
 }
 
@@ -799,10 +877,9 @@ template <class Fn, class Arch, class... Rows>
 void transform(row<float, Arch> y, Fn f, const Rows&... x) {
   using batch = xsimd::batch<float, Arch>;
   const std::size_t n = detail::common_size("tilekern::gpsimd::transform", y, x...);
-  std::size_t i = 0;
   detail::for_each_batch<Arch>(
       n,
-      [&](std::size_t valid, auto... values) {
+      [&](std::size_t i, std::size_t valid, auto... values) {
         const batch result = f(values...);
         if (valid == batch::size) {
           result.store_unaligned(y.data() + i);
@@ -811,7 +888,6 @@ void transform(row<float, Arch> y, Fn f, const Rows&... x) {
           result.store_aligned(lanes);
           std::copy_n(lanes, valid, y.data() + i);
         }
-        i += batch::size;
       },
       x.data()...);
 }
@@ -844,7 +920,8 @@ class core {
 
      private:
       friend class pieces;
-      iterator(std::size_t at, std::size_t end, std::size_t piece) : at_(at), end_(end), piece_(piece) {}
+      iterator(std::size_t at, std::size_t end, std::size_t piece)
+          : at_(at), end_(end), piece_(piece) {}
       std::size_t at_, end_, piece_;
     };
     iterator begin() const { return {all_.begin, all_.end, piece_}; }
@@ -877,11 +954,11 @@ class core {
   // Encodes from[0, part.size()) into tensor[part], with options().cast (or `cast`); the random
   // bits of an element depend on its index in the tensor.
   template <class Tensor>
-  void store(std::span<const float> from, Tensor& tensor, range part) const {
-    store(from, tensor, part, options_->cast);
+  void store(std::span<const float> from, Tensor&& tensor, range part) const {
+    store(from, std::forward<Tensor>(tensor), part, options_->cast);
   }
   template <class Tensor>
-  void store(std::span<const float> from, Tensor& tensor, range part,
+  void store(std::span<const float> from, Tensor&& tensor, range part,
              const cast_options& cast) const {
     const std::span to(tensor);
     check("store", part, to.size(), from.size());
@@ -903,7 +980,7 @@ class core {
     }
     if (part.size() > local) {
       throw shape_error(function + ": range has " + std::to_string(part.size()) +
-                        " elements, the local span " + std::to_string(local));
+                        " elements, more than the local span's " + std::to_string(local));
     }
   }
 
@@ -918,7 +995,8 @@ void launch(const options& opt, Body&& body) {
   static_assert(std::is_invocable_v<Body&, core&>,
                 "tilekern::gpsimd::launch: the body must be callable with a gpsimd::core&");
   detail::check_options("tilekern::gpsimd::launch", opt);
-  detail::run_cores(opt, [&](std::size_t id) {
+  // The work is the body's: as many threads as options allow.
+  detail::run_cores(opt, std::numeric_limits<std::size_t>::max(), [&](std::size_t id) {
     const detail::local_memory local(opt.local_bytes);
     core self(id, opt, local);
     body(self);

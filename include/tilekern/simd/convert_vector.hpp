@@ -50,6 +50,23 @@ static_assert(compiled_isa() == isa::scalar,
               "HWY_DISABLE_PCLMUL_AES (or enable -maes -mpclmul)");
 #endif
 
+// The rounding mode as a compile-time value, so that a block loop is compiled once per mode.
+template <rounding Mode>
+using rounding_constant = std::integral_constant<rounding, Mode>;
+
+template <class Body>
+decltype(auto) visit_rounding(rounding mode, Body&& body) {
+  switch (mode) {
+    case rounding::stochastic:
+      return body(rounding_constant<rounding::stochastic>());
+    case rounding::toward_zero:
+      return body(rounding_constant<rounding::toward_zero>());
+    case rounding::nearest_even:
+      break;
+  }
+  return body(rounding_constant<rounding::nearest_even>());
+}
+
 #if defined(TILEKERN_CONVERT_AVX2)
 
 namespace hn = hwy::HWY_NAMESPACE;
@@ -291,23 +308,6 @@ constexpr bool uses_bf16_instruction() {
 #else
   return false;
 #endif
-}
-
-// The rounding mode as a compile-time value, so that a block loop is compiled once per mode.
-template <rounding Mode>
-using rounding_constant = std::integral_constant<rounding, Mode>;
-
-template <class Body>
-decltype(auto) visit_rounding(rounding mode, Body&& body) {
-  switch (mode) {
-    case rounding::stochastic:
-      return body(rounding_constant<rounding::stochastic>());
-    case rounding::toward_zero:
-      return body(rounding_constant<rounding::toward_zero>());
-    case rounding::nearest_even:
-      break;
-  }
-  return body(rounding_constant<rounding::nearest_even>());
 }
 
 // One block of fp32 lanes of `D` to F's codes, rounding in `Mode`, with the overflow mode, seed and

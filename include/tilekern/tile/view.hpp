@@ -20,7 +20,8 @@ class view {
   using element_type = T;
 
   view() = default;
-  // Throws shape_error if stride < cols (rows would overlap).
+  // Throws shape_error if stride < cols with more than one row (rows would overlap); a view of one
+  // row never uses its stride.
   view(T* data, std::size_t rows, std::size_t cols, std::size_t stride)
       : data_(data), rows_(rows), cols_(cols), stride_(stride) {
     if (stride < cols && rows > 1) {
@@ -32,14 +33,13 @@ class view {
   // One row holding a contiguous range; implicit, as arrays are views. The constraint keeps views
   // themselves on the copy constructor.
   template <class Range>
-    requires std::is_convertible_v<decltype(std::span(std::declval<Range&>())), std::span<T>>
+  requires std::is_convertible_v<decltype(std::span(std::declval<Range&>())), std::span<T>>
   // NOLINTNEXTLINE(google-explicit-constructor, bugprone-forwarding-reference-overload)
-  view(Range&& range)
-      : view(std::span<T>(range).data(), 1, std::span<T>(range).size()) {}
+  view(Range&& range) : view(std::span<T>(range).data(), 1, std::span<T>(range).size()) {}
   // A view of T is a view of const T.
   template <class U>
-    requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
-  view(const view<U>& other)  // NOLINT(google-explicit-constructor)
+  requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
+      view(const view<U>& other)  // NOLINT(google-explicit-constructor)
       : data_(other.data()), rows_(other.rows()), cols_(other.cols()), stride_(other.stride()) {}
 
   T* data() const { return data_; }

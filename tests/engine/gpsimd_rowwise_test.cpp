@@ -1,0 +1,431 @@
+// gpsimd::rowwise and the row helpers sum, max and transform: exact row statistics against fp64
+// loops for every format in and out, a broadcast gamma row, strided and odd shapes, every ISA
+// path and core count; softmax and rmsnorm within stated bounds; the helpers' edge cases (empty
+// rows, NaN, tails, mismatched lengths).
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/gpsimd_support.hpp"
+
+namespace tilekern::test {
+namespace {
+
+struct shape {
+  std::size_t rows, cols;
+  std::size_t x_stride = 0, y_stride = 0;  // 0: contiguous
+};
+
+constexpr shape row_shapes[] = {
+    {1, 0},  {0, 5},         {1, 1},         {3, 15},      {4, 16},
+    {5, 17}, {7, 33, 40, 0}, {6, 31, 0, 35}, {9, 7, 8, 9}, {2, 257, 300, 260}};
+
+// x - max(x), x * g, sum(x) and max(x * g) on every element of the row: exact in fp32 for
+// inputs on the 2^-4 grid with |x| <= 8 and rows up to 65537 long (every partial sum of x is a
+// multiple of 2^-4 below 2^20; products are multiples of 2^-8 below 64).
+const auto stats = [](auto x, auto g, auto y0, auto y1, auto y2, auto y3) {
+  using batch = typename decltype(x)::batch;
+  const float m = gpsimd::max(x);
+  const float s = gpsimd::sum(x);
+  const float mg = gpsimd::max([](auto a, auto b) { return a * b; }, x, g);
+  gpsimd::transform(
+      y0, [m](auto v) { return v - batch(m); }, x);
+  gpsimd::transform(
+      y1, [](auto v, auto w) { return v * w; }, x, g);
+  gpsimd::transform(
+      y2, [s](auto) { return batch(s); }, x);
+  gpsimd::transform(
+      y3, [mg](auto) { return batch(mg); }, x);
+};
+
+template <class X, class G, class Y0, class Y1, class Y2, class Y3>
+void check_stats(const shape& s, bool broadcast, const gpsimd::options& opt,
+                 const std::string& what, std::uint64_t seed) {
+  tensor<X> x(s.rows, s.cols, s.x_stride);
+  fill_grid(x, seed, 128, 4);
+  tensor<G> g(broadcast ? 1 : s.rows, s.cols);
+  fill_grid(g, seed + 1, 128, 4);
+  tensor<Y0> y0(s.rows, s.cols, s.y_stride);
+  tensor<Y1> y1(s.rows, s.cols);
+  tensor<Y2> y2(s.rows, s.cols, s.y_stride);
+  tensor<Y3> y3(s.rows, s.cols);
+  gpsimd::rowwise(stats, gpsimd::inputs(x.cv(), g.cv()),
+                  gpsimd::outputs(y0.v(), y1.v(), y2.v(), y3.v()), opt);
+  // The reference: plain double loops over each row.
+  std::vector<double> row_max(s.rows, -HUGE_VAL), row_sum(s.rows, 0.0),
+      row_max_g(s.rows, -HUGE_VAL);
+  const auto g_at = [&](std::size_t r, std::size_t c) { return value_of(g(broadcast ? 0 : r, c)); };
+  for (std::size_t r = 0; r < s.rows; ++r) {
+    for (std::size_t c = 0; c < s.cols; ++c) {
+      const double v = value_of(x(r, c));
+      row_max[r] = std::max(row_max[r], v);
+      row_sum[r] += v;
+      row_max_g[r] = std::max(row_max_g[r], v * g_at(r, c));
+    }
+  }
+  const auto index = [&](std::size_t r, std::size_t c) { return r * s.cols + c; };
+  check_elements(
+      y0,
+      [&](std::size_t r, std::size_t c) {
+        return expected_output<Y0>(value_of(x(r, c)) - row_max[r], cast_of_output(opt.cast, 0),
+                                   index(r, c));
+      },
+      what + " x - max(x)");
+  check_elements(
+      y1,
+      [&](std::size_t r, std::size_t c) {
+        return expected_output<Y1>(value_of(x(r, c)) * g_at(r, c), cast_of_output(opt.cast, 1),
+                                   index(r, c));
+      },
+      what + " x * g");
+  check_elements(
+      y2,
+      [&](std::size_t r, std::size_t c) {
+        return expected_output<Y2>(row_sum[r], cast_of_output(opt.cast, 2), index(r, c));
+      },
+      what + " sum(x)");
+  check_elements(
+      y3,
+      [&](std::size_t r, std::size_t c) {
+        return expected_output<Y3>(row_max_g[r], cast_of_output(opt.cast, 3), index(r, c));
+      },
+      what + " max(x * g)");
+}
+
+// Every shape (the gamma broadcast on every other one), on every path, under `casts`, with the
+// core configurations `configs` and one threaded run.
+template <class X, class G, class Y0, class Y1, class Y2, class Y3>
+void check_stats_everywhere(std::uint64_t seed, std::span<const cast_options> casts = quick_casts,
+                            std::span<const core_config> configs = quick_core_configs) {
+  const std::string types = type_name<X>() + ", " + type_name<G>() + " -> " + type_name<Y0>() +
+                            ", " + type_name<Y1>() + ", " + type_name<Y2>() + ", " +
+                            type_name<Y3>();
+  for_each_isa([&](isa level) {
+    for (const cast_options& cast : casts) {
+      for (core_config config : configs) {
+        const gpsimd::options opt = with_cores({.cast = cast}, config);
+        bool broadcast = seed % 2 == 0;
+        for (const shape& s : row_shapes) {
+          broadcast = !broadcast;
+          check_stats<X, G, Y0, Y1, Y2, Y3>(
+              s, broadcast, opt,
+              types + (broadcast ? " (broadcast g) " : " ") + describe(level, config, cast) + " " +
+                  std::to_string(s.rows) + "x" + std::to_string(s.cols),
+              seed++);
+        }
+      }
+      check_stats<X, G, Y0, Y1, Y2, Y3>(
+          {9, 7, 8, 9}, true, with_cores({.cast = cast}, threaded_config),
+          types + " " + describe(level, threaded_config, cast), seed++);
+    }
+  });
+}
+
+TEST_CASE("gpsimd: rowwise max, sum and transform with a broadcast gamma, every format") {
+  for_each_format([]<class F>() {
+    check_stats_everywhere<F, float, F, F, float, F>(100);
+    check_stats_everywhere<float, F, float, F, F, float>(200);
+  });
+}
+
+TEST_CASE("gpsimd: rowwise max, sum and transform, mixed formats, every cast") {
+  check_stats_everywhere<float, float, float, float, float, float>(300, quick_casts.first(1));
+  check_stats_everywhere<bf16, fp8_e4m3, fp8_e5m2, fp16, tf32, fp8_e3m4>(400, all_casts);
+  check_stats_everywhere<fp8_e4m3fn, fp16, bf16, fp8_e4m3, fp8_e4m3fn, bf16>(500, all_casts);
+}
+
+TEST_SUITE("long") {
+  TEST_CASE("gpsimd: rowwise statistics, every format, every cast and core count") {
+    for_each_format([]<class F>() {
+      check_stats_everywhere<F, F, F, float, F, F>(1000, all_casts, core_configs);
+      check_stats_everywhere<float, F, bf16, F, fp8_e4m3, F>(2000, all_casts, core_configs);
+    });
+  }
+}
+
+TEST_CASE("gpsimd: rowwise over rows of 65537 elements") {
+  // 6 arrays of 65537 fp32 need 1.5 MiB of local memory per core. At the path of this CTest run.
+  for (const cast_options& cast : quick_casts) {
+    const core_config config{3, 0};
+    gpsimd::options opt = with_cores({.cast = cast}, config);
+    opt.local_bytes = std::size_t{2} << 20;
+    check_stats<bf16, float, fp8_e4m3, bf16, float, fp16>(
+        {3, 65537}, true, opt, "65537 " + describe(active_isa(), config, cast), 600);
+  }
+}
+
+TEST_CASE("gpsimd: rowwise gives the same bits for any number of cores and threads") {
+  for (const cast_options& cast : all_casts) {
+    for (core_config config : core_configs) {
+      check_stats<fp16, bf16, bf16, fp8_e5m2, float, fp8_e3m4>(
+          {29, 45, 47, 46}, true, with_cores({.cast = cast}, config),
+          "cores " + describe(active_isa(), config, cast), 700);
+    }
+  }
+}
+
+TEST_CASE("gpsimd: rowwise outputs start zero-filled") {
+  for_each_isa([&](isa level) {
+    tensor<float> x(5, 21);
+    fill_grid(x, 800);
+    tensor<float> y(5, 21, 24);
+    tensor<fp8_e4m3> z(5, 21);
+    gpsimd::rowwise([](auto, auto, auto) {}, gpsimd::inputs(x.cv()), gpsimd::outputs(y.v(), z.v()));
+    check_elements(
+        y, [](std::size_t, std::size_t) { return 0.0f; }, std::string(name(level)) + " y");
+    check_elements(
+        z, [](std::size_t, std::size_t) { return fp8_e4m3::from(0.0); },
+        std::string(name(level)) + " z");
+    // An output the operator writes only partly: the rest reads as zero.
+    gpsimd::rowwise([](auto, auto out, auto) { out[0] = 1.0f; }, gpsimd::inputs(x.cv()),
+                    gpsimd::outputs(y.v(), z.v()));
+    check_elements(
+        y, [](std::size_t, std::size_t c) { return c == 0 ? 1.0f : 0.0f; },
+        std::string(name(level)) + " y, first column written");
+  });
+}
+
+TEST_CASE("gpsimd: rowwise rows use the batch of the active path") {
+  for_each_isa([&](isa level) {
+    std::size_t lanes = 0;
+    std::vector<float> x(10), y(10);
+    gpsimd::rowwise([&](auto in, auto) { lanes = decltype(in)::batch::size; }, gpsimd::inputs(x),
+                    gpsimd::outputs(y), {.cores = 1});
+    CHECK_MESSAGE(lanes == lanes_of(level), name(level));
+  });
+}
+
+// ---- approximations ----
+
+// softmax: m = max(x), s = sum(exp(x - m)), y = exp(x - m) / s. With exp within 1.47 ulp (see the
+// elementwise test) and s summed lane-wise (n / lanes additions per lane, then the lanes), the
+// relative error of s is at most (n / 4 + 8) 2^-24 and of y at most (n / 4 + 12) 2^-24; the test
+// allows (n + 16) 2^-24 relative. rmsnorm: y = x g / sqrt(mean(x^2) + eps), x^2 exact, the sum
+// as above, then five roundings: the same bound.
+const auto softmax = [](auto x, auto y) {
+  using batch = typename decltype(x)::batch;
+  const float m = gpsimd::max(x);
+  const float s = gpsimd::sum([m](auto v) { return xsimd::exp(v - batch(m)); }, x);
+  gpsimd::transform(
+      y, [m, s](auto v) { return xsimd::exp(v - batch(m)) / batch(s); }, x);
+};
+
+constexpr float rms_epsilon = 1e-5f;
+const auto rmsnorm = [](auto x, auto g, auto y) {
+  using batch = typename decltype(x)::batch;
+  const float mean_square =
+      gpsimd::sum([](auto v) { return v * v; }, x) / static_cast<float>(x.size());
+  const float scale = 1.0f / std::sqrt(mean_square + rms_epsilon);
+  gpsimd::transform(
+      y, [scale](auto v, auto w) { return v * batch(scale) * w; }, x, g);
+};
+
+template <class T>
+bool within(const T& got, double ref, double bound) {
+  const double v = value_of(got);
+  if constexpr (is_fp32<T>) {
+    return std::fabs(v - ref) <= bound;
+  } else {  // nearest-even rounding of any value within the bound (monotonic)
+    return value_of(T::from(ref - bound)) <= v && v <= value_of(T::from(ref + bound));
+  }
+}
+
+template <class X, class Y>
+void check_softmax_and_rmsnorm(std::size_t rows, std::size_t cols) {
+  tensor<X> x(rows, cols, cols + 1);
+  fill_uniform(x, 900 + cols, -6, 6);
+  tensor<bf16> g(1, cols);
+  fill_uniform(g, 901, 0.5, 2);
+  const double bound = std::ldexp(static_cast<double>(cols) + 16, -24);
+  for_each_isa([&](isa level) {
+    tensor<Y> soft(rows, cols), rms(rows, cols, cols + 2);
+    gpsimd::rowwise(softmax, gpsimd::inputs(x.cv()), gpsimd::outputs(soft.v()));
+    gpsimd::rowwise(rmsnorm, gpsimd::inputs(x.cv(), g.cv()), gpsimd::outputs(rms.v()));
+    mismatches failures;
+    for (std::size_t r = 0; r < rows; ++r) {
+      double m = -HUGE_VAL, s = 0, squares = 0;
+      for (std::size_t c = 0; c < cols; ++c) m = std::max(m, value_of(x(r, c)));
+      for (std::size_t c = 0; c < cols; ++c) {
+        s += std::exp(value_of(x(r, c)) - m);
+        squares += value_of(x(r, c)) * value_of(x(r, c));
+      }
+      const double scale = 1.0 / std::sqrt(squares / static_cast<double>(cols) + rms_epsilon);
+      for (std::size_t c = 0; c < cols; ++c) {
+        const double want_soft = std::exp(value_of(x(r, c)) - m) / s;
+        const double want_rms = value_of(x(r, c)) * scale * value_of(g(0, c));
+        if (!within(soft(r, c), want_soft, bound * std::fabs(want_soft))) {
+          failures.add(name(level), " softmax (", r, ", ", c, ") ", value_of(soft(r, c)), " vs ",
+                       want_soft);
+        }
+        if (!within(rms(r, c), want_rms, bound * std::fabs(want_rms))) {
+          failures.add(name(level), " rmsnorm (", r, ", ", c, ") ", value_of(rms(r, c)), " vs ",
+                       want_rms);
+        }
+      }
+    }
+    CHECK_MESSAGE(failures.count() == 0, type_name<X>(), " -> ", type_name<Y>(), "\n",
+                  failures.text());
+    // Any cores and threads: the same bits on the same path.
+    for (core_config config : invariance_configs) {
+      tensor<Y> again(rows, cols);
+      gpsimd::rowwise(softmax, gpsimd::inputs(x.cv()), gpsimd::outputs(again.v()),
+                      with_cores({}, config));
+      CHECK_MESSAGE(same_bits(soft, again), name(level), " softmax, cores ", config.cores,
+                    " threads ", config.threads);
+    }
+  });
+}
+
+TEST_CASE("gpsimd: rowwise softmax and rmsnorm within the stated bound") {
+  check_softmax_and_rmsnorm<float, float>(13, 1000);
+  check_softmax_and_rmsnorm<float, float>(5, 3);
+  check_softmax_and_rmsnorm<bf16, float>(7, 129);
+  for_each_format([]<class F>() { check_softmax_and_rmsnorm<float, F>(11, 77); });
+  check_softmax_and_rmsnorm<fp8_e4m3, bf16>(9, 64);
+}
+
+// ---- the row helpers ----
+
+// Calls body(Arch()) with the batch architecture rowwise uses on each path.
+template <class Body>
+void with_each_arch(Body&& body) {
+  for_each_isa([&](isa level) {
+    CAPTURE(name(level));
+    std::vector<float> x(1), y(1);
+    gpsimd::rowwise([&](auto in, auto) { body(typename decltype(in)::arch()); }, gpsimd::inputs(x),
+                    gpsimd::outputs(y), {.cores = 1, .threads = 1});
+  });
+}
+
+TEST_CASE("gpsimd: sum and max of an empty row") {
+  with_each_arch([]<class Arch>(Arch) {
+    const gpsimd::row<const float, Arch> empty(nullptr, 0);
+    CHECK(gpsimd::sum(empty) == 0.0f);
+    CHECK(gpsimd::max(empty) == -std::numeric_limits<float>::infinity());
+    CHECK(gpsimd::sum([](auto v) { return v + decltype(v)(1.0f); }, empty) == 0.0f);
+  });
+}
+
+TEST_CASE("gpsimd: sum, max and transform over every length up to 70, tails included") {
+  with_each_arch([]<class Arch>(Arch) {
+    using batch = xsimd::batch<float, Arch>;
+    for (std::size_t n = 1; n <= 70; ++n) {
+      CAPTURE(n);
+      guarded_buffer<float> x(n), w(n);
+      double total = 0, plus_one = 0, best = -HUGE_VAL, dot = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        x[i] = static_cast<float>((i * 37) % 23) - 11.0f;  // integers: exact sums
+        w[i] = static_cast<float>(i % 5) - 2.0f;
+        total += x[i];
+        plus_one += x[i] + 1.0;
+        best = std::max(best, static_cast<double>(x[i]));
+        dot += static_cast<double>(x[i]) * w[i];
+      }
+      const gpsimd::row<const float, Arch> xr(x.data(), n), wr(w.data(), n);
+      CHECK(gpsimd::sum(xr) == total);
+      CHECK(gpsimd::max(xr) == best);
+      // The padding lanes of the last batch do not count, though f(0) is not 0.
+      CHECK(gpsimd::sum([](auto v) { return v + batch(1.0f); }, xr) == plus_one);
+      CHECK(gpsimd::max([](auto v) { return v - batch(100.0f); }, xr) == best - 100.0);
+      CHECK(gpsimd::sum([](auto a, auto b) { return a * b; }, xr, wr) == dot);
+      // f(0) is NaN in the padding lanes (0 / 0): neither sum nor max may see it.
+      guarded_buffer<float> positive(n);
+      for (std::size_t i = 0; i < n; ++i) positive[i] = 1.0f + static_cast<float>(i);
+      const gpsimd::row<const float, Arch> pr(positive.data(), n);
+      CHECK(gpsimd::sum([](auto v) { return v / v; }, pr) == static_cast<float>(n));
+      CHECK(gpsimd::max([](auto v) { return batch(0.0f) / v; }, pr) == 0.0f);
+      // transform writes exactly n elements (the buffer ends at the n-th).
+      guarded_buffer<float> y(n);
+      gpsimd::transform(
+          gpsimd::row<float, Arch>(y.data(), n), [](auto a, auto b) { return a - b; }, xr, wr);
+      bool exact = true;
+      for (std::size_t i = 0; i < n; ++i) exact = exact && y[i] == x[i] - w[i];
+      CHECK(exact);
+    }
+  });
+}
+
+TEST_CASE("gpsimd: max propagates NaN wherever it is") {
+  with_each_arch([]<class Arch>(Arch) {
+    for (std::size_t n : {1u, 3u, 4u, 8u, 15u, 16u, 17u, 33u}) {
+      for (std::size_t at : {std::size_t{0}, n / 2, n - 1}) {
+        guarded_buffer<float> x(n);
+        for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i);
+        x[at] = std::numeric_limits<float>::quiet_NaN();
+        const gpsimd::row<const float, Arch> xr(x.data(), n);
+        CHECK_MESSAGE(std::isnan(gpsimd::max(xr)), "n ", n, " NaN at ", at);
+        CHECK_MESSAGE(std::isnan(gpsimd::sum(xr)), "n ", n, " NaN at ", at);
+        // NaN made by f at one element only; and -inf everywhere is -inf, not NaN.
+        x[at] = static_cast<float>(at);
+        const auto nan_at = [&](auto v) {
+          using batch = decltype(v);
+          return xsimd::select(v == batch(static_cast<float>(at)),
+                               batch(std::numeric_limits<float>::quiet_NaN()), v);
+        };
+        CHECK_MESSAGE(std::isnan(gpsimd::max(nan_at, xr)), "n ", n, " f NaN at ", at);
+        CHECK_MESSAGE(gpsimd::max(xr) == static_cast<float>(n - 1), "n ", n);
+        for (std::size_t i = 0; i < n; ++i) x[i] = -std::numeric_limits<float>::infinity();
+        CHECK(gpsimd::max(xr) == -std::numeric_limits<float>::infinity());
+      }
+    }
+  });
+}
+
+TEST_CASE("gpsimd: row helpers reject rows of different lengths") {
+  with_each_arch([]<class Arch>(Arch) {
+    // Guarded buffers, not vectors of constant size: GCC 12 would warn (-Warray-bounds) about the
+    // batch loads it cannot prove unreachable after the length check throws.
+    guarded_buffer<float> a(5), b(3), c(5);
+    std::fill_n(a.data(), 5, 1.0f);
+    std::fill_n(b.data(), 3, 1.0f);
+    const gpsimd::row<const float, Arch> ar(a.data(), 5), br(b.data(), 3);
+    const auto product = [](auto p, auto q) { return p * q; };
+    CHECK_THROWS_WITH_AS(gpsimd::sum(product, ar, br),
+                         "tilekern::gpsimd::sum: row 1 has 3 elements, expected 5", shape_error);
+    CHECK_THROWS_WITH_AS(gpsimd::max(product, ar, br),
+                         "tilekern::gpsimd::max: row 1 has 3 elements, expected 5", shape_error);
+    // transform: row 0 is the output.
+    CHECK_THROWS_WITH_AS(gpsimd::transform(gpsimd::row<float, Arch>(c.data(), 5), product, ar, br),
+                         "tilekern::gpsimd::transform: row 2 has 3 elements, expected 5",
+                         shape_error);
+    CHECK_THROWS_WITH_AS(gpsimd::transform(
+                             gpsimd::row<float, Arch>(c.data(), 4), [](auto p) { return p; }, ar),
+                         "tilekern::gpsimd::transform: row 1 has 5 elements, expected 4",
+                         shape_error);
+    CHECK(std::all_of(c.data(), c.data() + 5, [](float v) { return v == 0.0f; }));
+  });
+}
+
+TEST_CASE("gpsimd: rowwise lets an operator's exception reach the caller") {
+  for (core_config config : core_configs) {
+    tensor<float> x(17, 9), y(17, 9);
+    fill_grid(x, 950);
+    y.fill(-1.0f);
+    // A helper's shape_error raised inside the operator.
+    CHECK_THROWS_WITH_AS(
+        gpsimd::rowwise(
+            [](auto in, auto out) {
+              gpsimd::transform(
+                  out, [](auto v) { return v; }, decltype(in)(in.data(), in.size() - 1));
+            },
+            gpsimd::inputs(x.cv()), gpsimd::outputs(y.v()), with_cores({}, config)),
+        "tilekern::gpsimd::transform: row 1 has 8 elements, expected 9", shape_error);
+    // The user's own exception type, thrown on one row only.
+    x(11, 4) = 15.0f;
+    CHECK_THROWS_WITH_AS(
+        gpsimd::rowwise(
+            [](auto in, auto) {
+              if (gpsimd::max(in) > 14.0f) throw std::domain_error("row too large");
+            },
+            gpsimd::inputs(x.cv()), gpsimd::outputs(y.v()), with_cores({}, config)),
+        "row too large", std::domain_error);
+  }
+}
+
+}  // namespace
+}  // namespace tilekern::test
