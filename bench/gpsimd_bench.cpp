@@ -22,11 +22,12 @@
 //   hand_frac    hand-written loop time / gpsimd time: >= 0.9 is "within 10%" (bf16 and float
 //                only: formats without a hand loop, and threads:2 rows, have no such counter)
 //
-// How the ratios are measured, and why they are fair: every iteration times the gpsimd call, then
-// a memcpy of the operator's (non-broadcast) input bytes into its output 0 buffer, then the
-// hand-written loop into the same output buffers, back to back in the same process, so all three
-// see the same cache state (each finds the input just read and the output just written by the one
-// before it; at 1 Mi bf16 the 2 + 2 MiB stay in L3, at 16 Mi the 32 + 32 MiB do not), the same
+// How the ratios are measured, and why they are fair: every iteration times the gpsimd call, a
+// memcpy of the operator's (non-broadcast) input bytes into its output 0 buffer, and the
+// hand-written loop into the same output buffers, back to back in the same process (in the order
+// gpsimd, memcpy, hand, and every other iteration hand, memcpy, gpsimd), so all three see the
+// same cache state (each finds the input just read and the output just written by the one before
+// it; at 1 Mi bf16 the 2 + 2 MiB stay in L3, at 16 Mi the 32 + 32 MiB do not), the same
 // clock frequency and the same neighbours on this shared machine. A ratio is total time over all
 // iterations / total gpsimd time. Every ratio is one thread against one thread. For
 // tanh_derivative, whose outputs are twice its input, memcpy moves less than the operator.
@@ -432,24 +433,45 @@ void run(benchmark::State& state, workload& w, bool ratios) {
     }
   }
   double framework_seconds = 0, memcpy_seconds = 0, hand_seconds = 0;
-  for (auto _ : state) {
+  const auto time_framework = [&] {
     const double seconds = seconds_of([&] {
       w.framework();
       benchmark::ClobberMemory();
     });
-    state.SetIterationTime(seconds);
     framework_seconds += seconds;
-    if (!ratios) continue;
-    memcpy_seconds += seconds_of([&] {
-      std::memcpy(w.copy_to, w.copy_from, w.copy_bytes);
-      benchmark::ClobberMemory();
-    });
-    if (w.hand) {
+    return seconds;
+  };
+  const auto time_others = [&](bool hand) {
+    if (!ratios) return;
+    if (hand && w.hand) {
       hand_seconds += seconds_of([&] {
         w.hand();
         benchmark::ClobberMemory();
       });
+    } else if (!hand) {
+      memcpy_seconds += seconds_of([&] {
+        std::memcpy(w.copy_to, w.copy_from, w.copy_bytes);
+        benchmark::ClobberMemory();
+      });
     }
+  };
+  // Odd iterations run the hand loop first (hand, memcpy, gpsimd; even ones gpsimd, memcpy, hand),
+  // so that gpsimd and the hand loop each follow the memcpy half the time and themselves half the
+  // time: memcpy's large copies use non-temporal stores and leave the caches unlike the loops do.
+  bool hand_first = false;
+  for (auto _ : state) {
+    double seconds = 0;
+    if (hand_first) {
+      time_others(true);
+      time_others(false);
+      seconds = time_framework();
+    } else {
+      seconds = time_framework();
+      time_others(false);
+      time_others(true);
+    }
+    state.SetIterationTime(seconds);
+    hand_first = !hand_first;
   }
   const auto iterations = static_cast<double>(state.iterations());
   state.counters["GBps"] = static_cast<double>(w.bytes) * iterations / framework_seconds * 1e-9;
