@@ -38,8 +38,12 @@ namespace {
 using example::checks;
 using example::u;
 
-// The bound on the relative error of the library kernel's fp32 results (kernels/rmsnorm.hpp).
-constexpr double kernel_bound = 8 * u;
+// The bound on the relative error of the library kernel's fp32 results (kernels/rmsnorm.hpp):
+// ((k + 6) / 2 + 4) u, k = ceil(min(cols, 512) / 64) terms per partial sum.
+double kernel_bound(std::size_t cols) {
+  const std::size_t k = (std::min<std::size_t>(cols, 512) + 63) / 64;
+  return (static_cast<double>(k + 6) / 2 + 4) * u;
+}
 
 // The bound on the relative error of the operator's fp32 results. gpsimd::sum adds in `lanes`
 // running sums of up to ceil(cols / lanes) terms each, then across the lanes: relative error at
@@ -159,7 +163,7 @@ void check_operator(checks& check, isa path, shape s, gpsimd::options options = 
       const double got = example::to_double(y(r, c));
       const double scale = std::fabs(expected[r * s.cols + c]);
       check.near(got, want,
-                 (bound + kernel_bound) * scale +
+                 (bound + kernel_bound(s.cols)) * scale +
                      2 * rounding_bound<Out>(want, got, rounding::nearest_even),
                  r * s.cols + c);
     }
@@ -207,25 +211,19 @@ void check_kernel(checks& check, shape s, float eps = 1e-5f) {
   const view<const In> x(x_data.data(), s.rows, s.cols, s.stride);
   const std::vector<double> expected = reference_of<In, G>(x, gamma, eps);
 
-  // y is strided like x; its gaps must stay as they are. Every ISA path gives the same bits.
-  std::vector<Out> first;
+  // y is strided like x; its gaps must stay as they are.
   example::for_each_isa([&](isa path) {
     check.context("kernel, " + formats + " on " + std::string(name(path)));
     std::vector<Out> y_data(s.rows * s.stride, example::from_double<Out>(5.0));
     const view<Out> y(y_data.data(), s.rows, s.cols, s.stride);
     rmsnorm(x, gamma, y, eps);
-    check_against<Out>(check, y, expected, kernel_bound, rounding::nearest_even);
+    check_against<Out>(check, y, expected, kernel_bound(s.cols), rounding::nearest_even);
     for (std::size_t r = 0; r < s.rows; ++r) {
       for (std::size_t c = s.cols; c < s.stride; ++c) {
         if (example::to_double(y_data[r * s.stride + c]) != 5.0) {
           check.fail("row %zu: gap written", r);
         }
       }
-    }
-    if (first.empty()) {
-      first = y_data;
-    } else if (!same_bits(first, y_data)) {
-      check.fail("other bits than on the first ISA path");
     }
   });
 
@@ -250,7 +248,8 @@ void check_kernel(checks& check, shape s, float eps = 1e-5f) {
         }
       }
     }
-    check_against<Out>(check, view<const Out>(y), expected, kernel_bound, rounding::stochastic);
+    check_against<Out>(check, view<const Out>(y), expected, kernel_bound(s.cols),
+                       rounding::stochastic);
   }
 }
 
@@ -308,7 +307,8 @@ void check_special_rows(checks& check) {
   std::vector<T> y(x.size());
   rmsnorm(x_view, gamma, view<T>(y.data(), rows.size(), cols), 1e-5f);
   check_against<T>(check, view<const T>(y.data(), rows.size(), cols),
-                   reference_of<T, T>(x_view, gamma, 1e-5f), kernel_bound, rounding::nearest_even);
+                   reference_of<T, T>(x_view, gamma, 1e-5f), kernel_bound(cols),
+                   rounding::nearest_even);
 
   // eps = 0: a row of zeros is 0 / 0.
   check.context("kernel, a row of zeros with eps = 0, " + example::name_of<T>());
@@ -415,8 +415,8 @@ int main() {
   check_in_place(check);
   check_shape_errors(check);
   for (std::size_t cols : {768, 8192, 100003}) {
-    std::printf("kernel: largest relative error on rows of %zu: %.2f u (bound 8 u, u = 2^-24)\n",
-                cols, kernel_error_in_u(cols == 100003 ? 4 : 64, cols));
+    std::printf("kernel: largest relative error on rows of %zu: %.2f u (bound %.1f u, u = 2^-24)\n",
+                cols, kernel_error_in_u(cols == 100003 ? 4 : 64, cols), kernel_bound(cols) / u);
   }
   return check.finish();
 }

@@ -78,7 +78,7 @@ void check_twice_everywhere(std::uint64_t seed, std::span<const cast_options> ca
 // float to every format, every format to float and to itself, float to float; and mixed pairs.
 void check_twice_every_format(std::span<const cast_options> casts,
                               std::span<const core_config> configs) {
-  for_each_format([&]<class F>() {
+  for_each_test_format([&]<class F>() {
     check_twice_everywhere<float, F>(1, casts, configs);
     check_twice_everywhere<F, float>(2, casts, configs);
     check_twice_everywhere<F, F>(3, casts, configs);
@@ -311,7 +311,7 @@ TEST_CASE("gpsimd: elementwise special values follow the scalar definition") {
     values.push_back(-v);
   }
   const std::size_t n = values.size();
-  for_each_format([&]<class F>() {
+  for_each_test_format([&]<class F>() {
     for_each_isa([&](isa level) {
       for (rounding round : {rounding::nearest_even, rounding::toward_zero, rounding::stochastic}) {
         for (overflow on_overflow : {overflow::standard, overflow::saturate}) {
@@ -420,7 +420,7 @@ void check_approximation(Op op, Ref ref, Bound bound, double lo, double hi,
 TEST_CASE("gpsimd: elementwise gelu (erf and tanh forms) within the stated bound") {
   check_approximation<float, float>(gelu_erf, gelu_erf_reference, gelu_bound, -8, 8, "gelu erf");
   check_approximation<float, float>(gelu_tanh, gelu_tanh_reference, gelu_bound, -8, 8, "gelu tanh");
-  for_each_format([]<class F>() {
+  for_each_test_format([]<class F>() {
     check_approximation<F, F>(gelu_erf, gelu_erf_reference, gelu_bound, -8, 8, "gelu erf");
     check_approximation<float, F>(gelu_tanh, gelu_tanh_reference, gelu_bound, -8, 8, "gelu tanh");
   });

@@ -177,7 +177,7 @@ void check_load_store_everywhere(std::span<const cast_options> casts,
           for (std::size_t piece : pieces) {
             const std::string what =
                 where + " n " + std::to_string(n) + " piece " + std::to_string(piece);
-            for_each_format([&]<class F>() {
+            for_each_test_format([&]<class F>() {
               check_load_store<float, F>(n, piece, opt, "float -> " + format_name<F>() + " " + what,
                                          n + piece);
               check_load_store<F, float>(n, piece, opt, format_name<F>() + " -> float " + what,

@@ -127,7 +127,7 @@ void check_stats_everywhere(std::uint64_t seed, std::span<const cast_options> ca
 }
 
 TEST_CASE("gpsimd: rowwise max, sum and transform with a broadcast gamma, every format") {
-  for_each_format([]<class F>() {
+  for_each_test_format([]<class F>() {
     check_stats_everywhere<F, float, F, F, float, F>(100);
     check_stats_everywhere<float, F, float, F, F, float>(200);
   });
@@ -141,7 +141,7 @@ TEST_CASE("gpsimd: rowwise max, sum and transform, mixed formats, every cast") {
 
 TEST_SUITE("long") {
   TEST_CASE("gpsimd: rowwise statistics, every format, every cast and core count") {
-    for_each_format([]<class F>() {
+    for_each_test_format([]<class F>() {
       check_stats_everywhere<F, F, F, float, F, F>(1000, all_casts, core_configs);
       check_stats_everywhere<float, F, bf16, F, fp8_e4m3, F>(2000, all_casts, core_configs);
     });
@@ -285,7 +285,7 @@ TEST_CASE("gpsimd: rowwise softmax and rmsnorm within the stated bound") {
   check_softmax_and_rmsnorm<float, float>(13, 1000);
   check_softmax_and_rmsnorm<float, float>(5, 3);
   check_softmax_and_rmsnorm<bf16, float>(7, 129);
-  for_each_format([]<class F>() { check_softmax_and_rmsnorm<float, F>(11, 77); });
+  for_each_test_format([]<class F>() { check_softmax_and_rmsnorm<float, F>(11, 77); });
   check_softmax_and_rmsnorm<fp8_e4m3, bf16>(9, 64);
 }
 

@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/formats.hpp"
 #include "support/guarded.hpp"
 #include "tilekern/engine/gpsimd.hpp"
 #include "tilekern/types/formats.hpp"
@@ -276,7 +277,7 @@ inline std::size_t lanes_of(isa level) {
 template <class Visitor>
 void for_each_element_type(Visitor&& visitor) {
   visitor.template operator()<float>();
-  for_each_format(visitor);
+  for_each_test_format(visitor);
 }
 
 }  // namespace tilekern::test

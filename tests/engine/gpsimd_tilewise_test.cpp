@@ -133,7 +133,7 @@ TEST_CASE("gpsimd: tilewise with edge tiles, every tile size") {
 }
 
 TEST_CASE("gpsimd: tilewise from and into every format") {
-  for_each_format([]<class F>() {
+  for_each_test_format([]<class F>() {
     check_tiles_everywhere<4, 8, F, float, F, float, F, F>(10, quick_casts);
     check_tiles_everywhere<2, 3, float, F, float, F, float, F>(20, quick_casts);
   });
@@ -141,7 +141,7 @@ TEST_CASE("gpsimd: tilewise from and into every format") {
 
 TEST_SUITE("long") {
   TEST_CASE("gpsimd: tilewise, every format, every cast and core count") {
-    for_each_format([]<class F>() {
+    for_each_test_format([]<class F>() {
       check_tiles_everywhere<4, 8, F, F, F, bf16, F, F>(30, all_casts, core_configs);
       check_tiles_everywhere<5, 3, float, F, F, F, fp8_e4m3, F>(40, all_casts, core_configs);
     });

@@ -1,5 +1,5 @@
 # tilekern-report --quick prints the machine line, the memcpy line, a conversion row for every
-# format in FORMATS and every rounding mode, and the custom operator rows.
+# format in FORMATS and every rounding mode, the custom operator rows and the normalization rows.
 #   cmake -DPROGRAM=... "-DFORMATS=bf16;fp16;..." -P check_report.cmake
 execute_process(COMMAND ${PROGRAM} --quick RESULT_VARIABLE status OUTPUT_VARIABLE output
                 ERROR_VARIABLE errors)
@@ -21,6 +21,13 @@ list(APPEND expected "\ncustom operators \\(gpsimd\\)\n")
 foreach(op relu gelu_erf bias_gelu "tanh_derivative: tanh" rmsnorm)
   foreach(cast "bf16 +nearest" "bf16 +stochastic" "float +-")
     list(APPEND expected "\n${op} +${cast} +[0-9.]+ +[-+0-9.einf]+ +[-+0-9.einf]+\n")
+  endforeach()
+endforeach()
+# the normalization table: each kernel, bf16 in both rounding modes and float
+list(APPEND expected "\nnormalization, softmax and activations \\(vector and scalar engines\\)\n")
+foreach(kernel layernorm rmsnorm softmax "activation gelu_tanh" "activation silu" "activation exp")
+  foreach(cast "bf16 +nearest" "bf16 +stochastic" "float +-")
+    list(APPEND expected "\n${kernel} +${cast} +[0-9.]+ +[-+0-9.einf]+ +[-+0-9.einf]+\n")
   endforeach()
 endforeach()
 foreach(pattern IN LISTS expected)

@@ -12,6 +12,7 @@ namespace tilekern::report {
 table memory_section(const settings& options);
 table conversion_section(const settings& options);
 table gpsimd_section(const settings& options);
+table normalization_section(const settings& options);
 
 struct section {
   std::string_view name;
@@ -22,6 +23,7 @@ inline constexpr section sections[] = {
     {"memory", memory_section},
     {"conversion", conversion_section},
     {"gpsimd", gpsimd_section},
+    {"normalization", normalization_section},
 };
 
 }  // namespace tilekern::report

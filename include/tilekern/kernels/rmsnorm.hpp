@@ -1,56 +1,64 @@
 #pragma once
-// rmsnorm: RMS normalisation of each row of a runtime-shaped tensor, in any format.
+// rmsnorm: RMS normalisation of each row of a runtime-shaped tensor, in any format, forward and
+// backward, on the vector engine (engine/vector.hpp).
 //
-//   y[r][c] = x[r][c] / sqrt(mean_c(x[r][c]^2) + eps) * gamma[c]
+//   rstd[r]   = 1 / sqrt(mean_c(x[r][c]^2) + eps)
+//   y[r][c]   = x[r][c] * rstd[r] * gamma[c]
+//   dx[r][c]  = rstd[r] * (g[r][c] - xhat[r][c] * mean_c(g * xhat)),  g = dy * gamma, xhat = x *
+//   rstd dgamma[c] = sum_r dy[r][c] * xhat[r][c]
 //
-// x, gamma and y each hold float or any tilekern format; the arithmetic is fp32 throughout. The
-// plain fp64 version is reference::rmsnorm (reference/rmsnorm.hpp).
+// x, gamma, y (and dy, dx, dgamma) each hold float or any tilekern format, a different one per
+// tensor if you like; the arithmetic is fp32, per-row scalars (rstd and the backward's row means)
+// fp64. The plain fp64 versions are reference::rmsnorm and reference::rmsnorm_backward
+// (reference/rmsnorm.hpp).
 //
-// This first version is deliberately simple: one thread, row by row, each row decoded into an
-// fp32 scratch row with convert() and encoded back with it. It is independent of engine/gpsimd
-// (examples/custom_ops/rmsnorm.cpp checks a GPSIMD operator against it). The vector-engine
-// issue rewrites it on engine operations for speed; the numerics documented here are the
-// contract that version keeps.
+// The kernel is a loop over blocks of rows, as many as keep a block of x (in its own format) in
+// 128 KiB, so that x is read from memory once and from L2 for the second pass:
+//   1. sums[r] = sum_c x^2                 vector::row_sum_of, per chunk of 512 columns
+//   2. rstd[r] = 1 / sqrt(sums[r] / cols + eps)   fp64, rounded once to fp32
+//   3. y = x * rstd * gamma                vector::map, rounded with the caller's cast_options
+// The backward adds a row sum of g * xhat and a column sum (vector::col_sum_of, rows in order, in
+// fp32 across all blocks) for dgamma, encoded into dgamma at the end.
 //
-// Accumulation: the sum of squares is fp32, in 16 lanes: element i goes to lane i % 16 (the
-// remainder of a row, too), each lane a Kahan-compensated running sum in element order, a loop
-// GCC vectorises without -ffast-math (one 512-bit or two 256-bit vectors of lanes). The 16 sums
-// and their 16 compensations are then added by one more Kahan sum, in lane order. Then:
-//   inverse_rms = 1 / sqrt(sum / cols + eps),   y = x * inverse_rms * gamma   (left to right).
-// The fp32 arithmetic does not depend on the ISA path: results are bit-identical under every
-// TILEKERN_ISA cap of one build (the conversions are exact or bit-exact on every path).
-// Why compensated: plain 16-lane sums err by up to (cols / 16) u, and come near it: on a bf16
-// N(0, 1) row of 100003 their sum was 5.9e-6 (about 100u) off, since the squares of bf16 values
-// have few bits and their rounding errors do not cancel.
+// Accumulation: within a chunk of 512 columns, the engine's fp32 row sums: 64 partial sums in
+// element order, then combined pairwise (engine/lanes.hpp, reduce_slots), the same partials on
+// every path; the chunk sums are added in fp64. The last levels of the pairwise combination
+// differ between ISA paths, so results are not bit-identical across them, unlike the first
+// version of this kernel.
 //
-// Error bound: against reference::rmsnorm on the same (decoded) inputs, every fp32 result before
-// it is encoded has relative error at most 8u = 2^-21, about 4.8e-7 (u = 2^-24; 4 to 8 fp32 ulp,
-// depending on where y falls in its binade), for any cols below 2^24 where no square leaves
-// fp32's normal range. Measured: 3.4u at most, on N(0, 1) rows of 768 to 100003. (The sum: 2u
-// for the lanes' Kahan sums and 2u for the last one, plus O(cols u^2), negligible below 2^24,
-// and u for squares the compiler does not fuse into an FMA; halved by the square root, as are
-// the u of the mean and of + eps: 3.5u. Then sqrt, the reciprocal and the two products, u each:
-// 7.5u in all.) The encoded result adds the output format's rounding: half an ulp of y's format
-// (nearest even), under one ulp (stochastic, toward zero).
+// Error bound (forward, fp32 result before it is encoded, against reference::rmsnorm on the same
+// decoded inputs): relative error at most ((k + 6) / 2 + 4) u, u = 2^-24, with
+// k = ceil(min(cols, 512) / 64) terms per partial sum: the sum of squares (all terms positive)
+// errs by at most (k + 6) u relative plus u for unfused squares, halved by the square root; the
+// fp64 mean, sqrt and reciprocal round once to fp32 (u/2), then x * rstd * gamma (two
+// roundings). That is 11u for rows of 512 or more, on every path: a worst case that needs every
+// rounding error to go the same way (the first version's Kahan sums were within 8u). Measured on
+// bf16 N(0, 1) rows times 2^-4 .. 2^4: tests/kernels/rmsnorm_test.cpp checks the bound and prints
+// the measurement.
+// For bf16 and fp16 outputs (nearest even) that keeps every result within one code of the
+// correctly rounded fp64 result, which the tests check.
 //
 // Special values and ranges:
 // - A NaN in a row makes the row NaN. An inf makes its element NaN and the row's finite elements
 //   zero (the rms is inf), as the fp64 arithmetic does.
-// - A row whose squares overflow fp32 (|x| above about 1.8e19, possible in float, bf16 and tf32)
-//   is scaled by a power of two and summed again, so it keeps the bound above.
-// - Squares below fp32's normal range (|x| below about 1.1e-19) lose precision. That is
-//   invisible unless eps is as small: with eps = 0, a row whose rms is that small loses
-//   accuracy, and a row of zeros is NaN (0 / 0), as in the reference.
+// - A row whose sum of squares is not finite (|x| above about 1.8e19, possible in float, bf16 and
+//   tf32) or below 2^-60 (squares near or below fp32's normal range) is scaled by a power of two,
+//   x * 2^-e with 2^e <= max |x| < 2^(e + 1) (2^-e at most 2^126), and summed again (its own
+//   row_max_of and row_sum_of): y = (x * 2^-e) * rstd' * gamma with rstd' = 1 / sqrt(sum' / cols +
+//   eps 2^-2e), so the bound above holds for rows of 1e30 or 1e-30 alike. A row of zeros is y = 0
+//   (NaN with eps = 0: 0 / 0, as in the reference).
 //
-// Stochastic rounding: element (r, c) of y draws its random bits with index r * cols + c (its
-// row-major index in y, whatever y's stride), stream cast.stream.
+// Stochastic rounding: element (r, c) of a rows x cols output draws its random bits with index
+// r * cols + c (its row-major index, whatever the stride); y uses stream cast.stream, and in the
+// backward dx uses cast.stream and dgamma cast.stream + 1 (index c).
 //
-// y may be x itself (the same memory and format): each row is decoded before it is written.
-// Other overlaps between y and x or gamma are not supported.
+// y may be x itself (the same memory and format): each element is read before it is written.
+// Other overlaps between outputs and inputs are not supported.
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <string>
@@ -58,143 +66,290 @@
 #include <utility>
 #include <vector>
 
+#include "tilekern/engine/vector.hpp"
 #include "tilekern/error.hpp"
-#include "tilekern/simd/convert.hpp"
 #include "tilekern/tile/view.hpp"
-#include "tilekern/types/minifloat.hpp"
 #include "tilekern/types/rounding.hpp"
 
 namespace tilekern {
 
 namespace detail {
 
-template <class T>
-constexpr bool rmsnorm_element =
-    std::is_same_v<std::remove_const_t<T>, float> || minifloat_format<std::remove_const_t<T>>;
+// ---- shared by the normalisation kernels (rmsnorm here, layernorm in layernorm.hpp) ----
 
+// Rows per block: a block of x in its own format fits in 128 KiB (L2), at least one row.
 template <class T>
-struct is_rmsnorm_view : std::false_type {};
-template <class T>
-struct is_rmsnorm_view<view<T>> : std::true_type {};
+std::size_t norm_block_rows(std::size_t cols) {
+  constexpr std::size_t block_bytes = std::size_t{128} << 10;
+  return std::max<std::size_t>(1, block_bytes / std::max<std::size_t>(1, cols * sizeof(T)));
+}
 
-// A view as it is, or a contiguous range as a view of one row.
+// Row sums are fp32 within chunks of this many columns, the chunks added in fp64.
+inline constexpr std::size_t norm_chunk = vector::bn_chunk;
+
+// A tensor argument as a view of const elements (views, tiles and ranges alike).
 template <class Tensor>
-auto rmsnorm_view(Tensor&& tensor) {
-  if constexpr (is_rmsnorm_view<std::remove_cvref_t<Tensor>>::value) {
-    return std::remove_cvref_t<Tensor>(tensor);
-  } else {
-    return view(std::forward<Tensor>(tensor));
+auto norm_input(Tensor&& tensor) {
+  const auto as_view = to_view(std::forward<Tensor>(tensor));
+  using element = std::remove_const_t<typename decltype(as_view)::element_type>;
+  static_assert(engine_element<element>,
+                "tilekern normalisation kernels: tensors must hold float or a tilekern format "
+                "(bf16, fp16, tf32, fp8_*, any minifloat<...>)");
+  return view<const element>(as_view);
+}
+template <class Tensor>
+auto norm_output(Tensor&& tensor) {
+  const auto as_view = to_view(std::forward<Tensor>(tensor));
+  using element = typename decltype(as_view)::element_type;
+  static_assert(engine_element<element>,
+                "tilekern normalisation kernels: tensors must hold float or a tilekern format "
+                "(bf16, fp16, tf32, fp8_*, any minifloat<...>)");
+  static_assert(!std::is_const_v<element>,
+                "tilekern normalisation kernels: outputs must be writable (not a view of const or "
+                "a const range)");
+  return as_view;
+}
+
+// Throws unless `tensor` has the shape rows x cols (`of_what` says why).
+inline void norm_check_shape(const char* function, const char* argument, std::size_t rows,
+                             std::size_t cols, std::size_t expected_rows, std::size_t expected_cols,
+                             const char* of_what) {
+  if (rows != expected_rows || cols != expected_cols) {
+    throw shape_error(std::string(function) + ": " + argument + " is " + shape_text(rows, cols) +
+                      ", expected " + shape_text(expected_rows, expected_cols) + " (" + of_what +
+                      ")");
+  }
+}
+// Throws unless `tensor` is one row of `cols` elements (gamma, beta, dgamma, dbeta).
+inline void norm_check_row(const char* function, const char* argument, std::size_t rows,
+                           std::size_t cols, std::size_t expected_cols) {
+  if (rows != 1) {
+    throw shape_error(std::string(function) + ": " + argument + " is " + shape_text(rows, cols) +
+                      ", expected one row of " + std::to_string(expected_cols) +
+                      " (the columns of x)");
+  }
+  if (cols != expected_cols) {
+    throw shape_error(std::string(function) + ": " + argument + " has " + std::to_string(cols) +
+                      " elements, expected " + std::to_string(expected_cols) +
+                      " (the columns of x)");
   }
 }
 
-inline std::string rmsnorm_shape(std::size_t rows, std::size_t cols) {
-  return std::to_string(rows) + "x" + std::to_string(cols);
+// A rows x 1 column of fp32 scratch.
+inline view<float> norm_column(float* data, std::size_t rows) {
+  return {data, rows, 1, 1};
 }
 
-// The sum over i of (v[i] * scale)^2, accumulated as the header comment says. scale is a power of
-// two (exact) or 1.
-inline float rmsnorm_sum_of_squares(const float* v, std::size_t n, float scale) {
-  constexpr std::size_t lanes = 16;
-  float sum[lanes] = {};
-  float compensation[lanes] = {};  // minus the low-order bits each lane's sum has lost
-  const auto add = [&](std::size_t lane, float term) {
-    const float corrected = term - compensation[lane];
-    const float next = sum[lane] + corrected;
-    compensation[lane] = (next - sum[lane]) - corrected;
-    sum[lane] = next;
-  };
-  std::size_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    for (std::size_t lane = 0; lane < lanes; ++lane) {
-      const float value = v[i + lane] * scale;
-      add(lane, value * value);
-    }
-  }
-  for (std::size_t lane = 0; i + lane < n; ++lane) {
-    const float value = v[i + lane] * scale;
-    add(lane, value * value);
-  }
-  float total = 0.0f, lost = 0.0f;
-  const auto add_to_total = [&](float term) {
-    const float corrected = term - lost;
-    const float next = total + corrected;
-    lost = (next - total) - corrected;
-    total = next;
-  };
-  for (std::size_t lane = 0; lane < lanes; ++lane) add_to_total(sum[lane]);
-  for (std::size_t lane = 0; lane < lanes; ++lane) add_to_total(-compensation[lane]);
-  return total;
-}
-
+// Columns [c0, c0 + n) of a source of `cols` columns; a column (rows x 1) stays as it is.
 template <class T>
-void rmsnorm_decode(const T* from, float* to, std::size_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    std::copy_n(from, n, to);
-  } else {
-    convert(std::span<const T>(from, n), std::span<float>(to, n));
+view<const T> norm_slice(view<const T> source, std::size_t cols, std::size_t c0, std::size_t n) {
+  return source.cols() == cols ? source.block(0, c0, source.rows(), n) : source;
+}
+
+// sums[r] = sum over the columns of f(d, sources...)(r, c): vector::row_sum_of per chunk of
+// norm_chunk columns into `partial` (a rows x 1 fp32 column), the chunks added in fp64. The first
+// source has the shape rows x cols.
+template <class F, class... Ts>
+void norm_row_sums(double* sums, view<float> partial, F f, view<const Ts>... sources) {
+  const std::size_t cols = std::get<0>(std::tuple(sources...)).cols();
+  const std::size_t rows = partial.rows();
+  std::fill_n(sums, rows, 0.0);
+  for (std::size_t c0 = 0; c0 < cols; c0 += norm_chunk) {
+    const std::size_t n = std::min(norm_chunk, cols - c0);
+    vector::row_sum_of(partial, f, norm_slice(sources, cols, c0, n)...);
+    for (std::size_t r = 0; r < rows; ++r) sums[r] += partial(r, 0);
   }
 }
 
-template <class In, class G, class Out>
-void rmsnorm_views(view<const In> x, view<const G> gamma, view<Out> y, float eps,
+// The largest |x| of one row (NaN if the row holds one).
+template <class T>
+float norm_row_max_abs(view<const T> row, float* scratch) {
+  vector::row_max_of(
+      norm_column(scratch, 1), [](auto, auto x) { return hwy::HWY_NAMESPACE::Abs(x); }, row);
+  return *scratch;
+}
+
+// What a row whose sums left fp32's comfortable range should do (see the top of this header):
+// 2^-e for a finite nonzero max |x| (2^e <= max < 2^(e + 1)), at most 2^126 so that it is an fp32
+// value (a row of subnormals, max < 2^-126, is scaled to max >= 2^-23: its squares are normal); 0
+// for a row of zeros (nothing to do); NaN for a row holding a NaN, inf for a row holding an inf.
+inline float norm_rescale(float max_abs) {
+  if (std::isnan(max_abs) || std::isinf(max_abs)) return max_abs;
+  if (max_abs == 0.0f) return 0.0f;
+  return std::ldexp(1.0f, std::min(-std::ilogb(max_abs), 126));
+}
+
+// Whether a row's sum of squares (or m2) needs the rescaled second attempt.
+inline bool norm_needs_rescale(double sum_of_squares) {
+  return !(sum_of_squares >= 0x1p-60 && sum_of_squares <= std::numeric_limits<float>::max());
+}
+
+inline constexpr std::uint64_t norm_stream(const cast_options& cast, std::uint64_t output) {
+  return cast.stream + output;
+}
+inline cast_options norm_cast(const cast_options& cast, std::uint64_t output) {
+  cast_options result = cast;
+  result.stream = norm_stream(cast, output);
+  return result;
+}
+
+// Writes the fp32 accumulator row `acc` into `out` (one row), rounded with `cast`, index c.
+template <class Out>
+void norm_store_row(view<Out> out, const std::vector<float>& acc, const cast_options& cast) {
+  vector::map(
+      vector::rounded(out, cast, 0, out.cols()), [](auto, auto v) { return v; },
+      view<const float>(acc.data(), 1, acc.size()));
+}
+
+// body(r0, n, scaled) for each run of consecutive rows [r0, r0 + n) whose scale is 1 (scaled
+// false) or not (true): the common rows take the operation without the scale operand, which costs
+// a multiply and an operand per vector.
+template <class Body>
+void norm_runs(view<const float> scale, Body&& body) {
+  const std::size_t rows = scale.rows();
+  for (std::size_t r0 = 0; r0 < rows;) {
+    const bool scaled = scale(r0, 0) != 1.0f;
+    std::size_t r1 = r0 + 1;
+    while (r1 < rows && (scale(r1, 0) != 1.0f) == scaled) ++r1;
+    body(r0, r1 - r0, scaled);
+    r0 = r1;
+  }
+}
+
+// ---- rmsnorm ----
+
+// The per-row factors of a block of rmsnorm rows: xhat = (x * scale) * rstd.
+struct rms_columns {
+  view<float> scale, rstd, partial;
+};
+
+// scale and rstd for the rows of xb (see the top of this header). sums: xb.rows() doubles.
+template <class X>
+void rms_statistics(view<const X> xb, float eps, const rms_columns& out, double* sums,
+                    float* scratch) {
+  const std::size_t rows = xb.rows(), cols = xb.cols();
+  const auto count = static_cast<double>(cols);
+  const auto sum_of_squares = [&](view<const X> x, view<float> scale, view<float> partial,
+                                  double* result) {
+    norm_row_sums(
+        result, partial,
+        [](auto, auto v, auto s) {
+          const auto scaled = v * s;
+          return scaled * scaled;
+        },
+        x, view<const float>(scale));
+  };
+  std::fill_n(out.scale.data(), rows, 1.0f);
+  norm_row_sums(
+      sums, out.partial, [](auto, auto v) { return v * v; }, xb);
+  for (std::size_t r = 0; r < rows; ++r) {
+    if (norm_needs_rescale(sums[r])) {
+      const float scale = norm_rescale(norm_row_max_abs(xb.block(r, 0, 1, cols), scratch));
+      if (std::isnan(scale)) {
+        sums[r] = std::numeric_limits<double>::quiet_NaN();
+      } else if (std::isinf(scale)) {
+        sums[r] = std::numeric_limits<double>::infinity();
+      } else if (scale != 0.0f) {
+        out.scale(r, 0) = scale;
+        sum_of_squares(xb.block(r, 0, 1, cols), out.scale.block(r, 0, 1, 1),
+                       out.partial.block(r, 0, 1, 1), sums + r);
+      }
+    }
+    const double s = out.scale(r, 0);
+    out.rstd(r, 0) = static_cast<float>(1.0 / std::sqrt(sums[r] / count + eps * s * s));
+  }
+}
+
+template <class X, class G, class Y>
+void rmsnorm_views(view<const X> x, view<const G> gamma, view<Y> y, float eps,
                    const cast_options& cast) {
   constexpr const char* function = "tilekern::rmsnorm";
   const std::size_t rows = x.rows(), cols = x.cols();
-  if (gamma.rows() != 1) {
-    throw shape_error(std::string(function) + ": gamma is " +
-                      rmsnorm_shape(gamma.rows(), gamma.cols()) + ", expected one row of " +
-                      std::to_string(cols) + " (the columns of x)");
-  }
-  if (gamma.cols() != cols) {
-    throw shape_error(std::string(function) + ": gamma has " + std::to_string(gamma.cols()) +
-                      " elements, expected " + std::to_string(cols) + " (the columns of x)");
-  }
-  if (y.rows() != rows || y.cols() != cols) {
-    throw shape_error(std::string(function) + ": y is " + rmsnorm_shape(y.rows(), y.cols()) +
-                      ", expected " + rmsnorm_shape(rows, cols) + " (the shape of x)");
-  }
+  norm_check_row(function, "gamma", gamma.rows(), gamma.cols(), cols);
+  norm_check_shape(function, "y", y.rows(), y.cols(), rows, cols, "the shape of x");
   if (rows * cols == 0) return;
 
-  std::vector<float> scratch(2 * cols);  // (2, cols): the current row, then gamma
-  float* const row = scratch.data();
-  float* const gamma32 = scratch.data() + cols;
-  rmsnorm_decode(gamma.data(), gamma32, cols);
-  const auto count = static_cast<float>(cols);
-  for (std::size_t r = 0; r < rows; ++r) {
-    rmsnorm_decode(x.row(r).data(), row, cols);
-    float sum = rmsnorm_sum_of_squares(row, cols, 1.0f);
-    float scale = 1.0f;
-    if (!std::isfinite(sum)) {  // a NaN or inf in the row, or squares beyond fp32's range
-      float largest = 0.0f;
-      bool nan = false;
-      for (std::size_t c = 0; c < cols; ++c) {
-        nan = nan || std::isnan(row[c]);
-        largest = std::max(largest, std::fabs(row[c]));
-      }
-      if (nan) {
-        sum = std::numeric_limits<float>::quiet_NaN();
-      } else if (std::isinf(largest)) {
-        sum = std::numeric_limits<float>::infinity();
+  const std::size_t block = std::min(rows, norm_block_rows<X>(cols));
+  std::vector<float> columns(3 * block + 1);
+  std::vector<double> sums(block);
+  for (std::size_t r0 = 0; r0 < rows; r0 += block) {
+    const std::size_t n = std::min(block, rows - r0);
+    const rms_columns stats{norm_column(columns.data(), n), norm_column(columns.data() + block, n),
+                            norm_column(columns.data() + 2 * block, n)};
+    const view<const X> xb = x.block(r0, 0, n, cols);
+    rms_statistics(xb, eps, stats, sums.data(), columns.data() + 3 * block);
+    norm_runs(stats.scale, [&](std::size_t a, std::size_t m, bool scaled) {
+      const auto to = vector::rounded(y.block(r0 + a, 0, m, cols), cast, (r0 + a) * cols, cols);
+      const view<const float> rstd = stats.rstd.block(a, 0, m, 1);
+      if (scaled) {
+        vector::map(
+            to, [](auto, auto v, auto s, auto r, auto g) { return v * s * r * g; },
+            xb.block(a, 0, m, cols), view<const float>(stats.scale.block(a, 0, m, 1)), rstd, gamma);
       } else {
-        scale = std::ldexp(1.0f, -std::ilogb(largest));  // largest * scale is in [1, 2)
-        sum = rmsnorm_sum_of_squares(row, cols, scale);
+        vector::map(
+            to, [](auto, auto v, auto r, auto g) { return v * r * g; }, xb.block(a, 0, m, cols),
+            rstd, gamma);
       }
-    }
-    // eps * scale^2 may underflow when scale < 1: it is then far below sum / cols >= 1 / cols.
-    const float inverse_rms = 1.0f / std::sqrt(sum / count + eps * scale * scale);
-    for (std::size_t c = 0; c < cols; ++c) row[c] = row[c] * scale * inverse_rms * gamma32[c];
-    if constexpr (std::is_same_v<Out, float>) {
-      std::copy_n(row, cols, y.row(r).data());
-    } else {
-      convert(std::span<const float>(row, cols), y.row(r), cast, r * cols);
-    }
+    });
   }
+}
+
+template <class DY, class X, class G, class DX, class DG>
+void rmsnorm_backward_views(view<const DY> dy, view<const X> x, view<const G> gamma, view<DX> dx,
+                            view<DG> dgamma, float eps, const cast_options& cast) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  constexpr const char* function = "tilekern::rmsnorm_backward";
+  const std::size_t rows = x.rows(), cols = x.cols();
+  norm_check_shape(function, "dy", dy.rows(), dy.cols(), rows, cols, "the shape of x");
+  norm_check_row(function, "gamma", gamma.rows(), gamma.cols(), cols);
+  norm_check_shape(function, "dx", dx.rows(), dx.cols(), rows, cols, "the shape of x");
+  norm_check_row(function, "dgamma", dgamma.rows(), dgamma.cols(), cols);
+  if (cols == 0) return;
+
+  std::vector<float> dgamma_acc(cols, 0.0f);
+  const std::size_t block = std::max<std::size_t>(1, std::min(rows, norm_block_rows<X>(cols)));
+  std::vector<float> columns(5 * block + 1);
+  std::vector<double> sums(block);
+  const auto count = static_cast<double>(cols);
+  for (std::size_t r0 = 0; r0 < rows; r0 += block) {
+    const std::size_t n = std::min(block, rows - r0);
+    const auto column = [&](std::size_t k) { return norm_column(columns.data() + k * block, n); };
+    const rms_columns stats{column(0), column(1), column(2)};
+    const view<float> a = column(3), c = column(4);
+    const view<const X> xb = x.block(r0, 0, n, cols);
+    const view<const DY> dyb = dy.block(r0, 0, n, cols);
+    rms_statistics(xb, eps, stats, sums.data(), columns.data() + 5 * block);
+    const view<const float> scale(stats.scale), rstd(stats.rstd);
+
+    // dgamma += sum over the block's rows of dy * xhat (before dx is written).
+    vector::col_sum_of(
+        view<float>(dgamma_acc.data(), 1, cols),
+        [](auto, auto d, auto v, auto s, auto r) { return d * (v * s * r); }, dyb, xb, scale, rstd);
+    // sums[r] = sum_c g * xhat; dx = a * g - (x * scale) * c with a = the true rstd and
+    // c = rstd' * a * mean_c(g * xhat).
+    norm_row_sums(
+        sums.data(), stats.partial,
+        [](auto, auto d, auto v, auto g, auto s, auto r) { return d * g * (v * s * r); }, dyb, xb,
+        gamma, scale, rstd);
+    for (std::size_t r = 0; r < n; ++r) {
+      const double true_rstd = static_cast<double>(scale(r, 0)) * rstd(r, 0);
+      a(r, 0) = static_cast<float>(true_rstd);
+      c(r, 0) = static_cast<float>(rstd(r, 0) * true_rstd * (sums[r] / count));
+    }
+    vector::map(
+        vector::rounded(dx.block(r0, 0, n, cols), norm_cast(cast, 0), r0 * cols, cols),
+        [](auto, auto d, auto v, auto g, auto s, auto ra, auto rc) {
+          return hn::NegMulAdd(v * s, rc, ra * (d * g));
+        },
+        dyb, xb, gamma, scale, view<const float>(a), view<const float>(c));
+  }
+  norm_store_row(dgamma, dgamma_acc, norm_cast(cast, 1));
 }
 
 }  // namespace detail
 
 // y = x / sqrt(mean(x^2) + eps) * gamma, row by row (see the top of this header).
-//   x      rows x cols: a view<T> or view<const T>, or a contiguous range (one row)
+//   x      rows x cols: a view<T> or view<const T>, a tile, or a contiguous range (one row)
 //   gamma  cols elements: a contiguous range, or a view of one row
 //   y      rows x cols, writable
 // Each holds float or a tilekern format; y is encoded with `cast` (rounding and overflow). Throws
@@ -202,20 +357,22 @@ void rmsnorm_views(view<const In> x, view<const G> gamma, view<Out> y, float eps
 // have x's columns or y does not have x's shape.
 template <class X, class Gamma, class Y>
 void rmsnorm(X&& x, Gamma&& gamma, Y&& y, float eps, const cast_options& cast = {}) {
-  auto x_view = detail::rmsnorm_view(std::forward<X>(x));
-  auto gamma_view = detail::rmsnorm_view(std::forward<Gamma>(gamma));
-  auto y_view = detail::rmsnorm_view(std::forward<Y>(y));
-  using in_type = typename decltype(x_view)::element_type;
-  using gamma_type = typename decltype(gamma_view)::element_type;
-  using out_type = typename decltype(y_view)::element_type;
-  static_assert(detail::rmsnorm_element<in_type> && detail::rmsnorm_element<gamma_type> &&
-                    detail::rmsnorm_element<out_type>,
-                "tilekern::rmsnorm: x, gamma and y must hold float or a tilekern format "
-                "(bf16, fp16, tf32, fp8_*, any minifloat<...>)");
-  static_assert(!std::is_const_v<out_type>,
-                "tilekern::rmsnorm: y must be writable (not a view of const or a const range)");
-  detail::rmsnorm_views(view<const std::remove_const_t<in_type>>(x_view),
-                        view<const std::remove_const_t<gamma_type>>(gamma_view), y_view, eps, cast);
+  detail::rmsnorm_views(detail::norm_input(std::forward<X>(x)),
+                        detail::norm_input(std::forward<Gamma>(gamma)),
+                        detail::norm_output(std::forward<Y>(y)), eps, cast);
+}
+
+// The gradients of rmsnorm(x, gamma, eps) for the upstream gradient dy (see the top of this
+// header): dx (the shape of x, stream cast.stream) and dgamma (cols elements, overwritten,
+// stream cast.stream + 1). Throws shape_error naming the argument and both sizes, before
+// touching any memory, if dy or dx does not have x's shape or gamma or dgamma not x's columns.
+template <class DY, class X, class Gamma, class DX, class DGamma>
+void rmsnorm_backward(DY&& dy, X&& x, Gamma&& gamma, DX&& dx, DGamma&& dgamma, float eps,
+                      const cast_options& cast = {}) {
+  detail::rmsnorm_backward_views(
+      detail::norm_input(std::forward<DY>(dy)), detail::norm_input(std::forward<X>(x)),
+      detail::norm_input(std::forward<Gamma>(gamma)), detail::norm_output(std::forward<DX>(dx)),
+      detail::norm_output(std::forward<DGamma>(dgamma)), eps, cast);
 }
 
 }  // namespace tilekern

@@ -52,6 +52,17 @@ class view {
   bool contiguous() const { return stride_ == cols_ || rows_ <= 1; }
 
   std::span<T> row(std::size_t r) const { return {data_ + r * stride_, cols_}; }
+  // The rows x cols block whose first element is (r, c). Throws shape_error if it does not lie
+  // within the view.
+  view block(std::size_t r, std::size_t c, std::size_t rows, std::size_t cols) const {
+    if (r > rows_ || rows > rows_ - r || c > cols_ || cols > cols_ - c) {
+      throw shape_error("tilekern::view::block: " + std::to_string(rows) + "x" +
+                        std::to_string(cols) + " at (" + std::to_string(r) + ", " +
+                        std::to_string(c) + ") does not lie within " + std::to_string(rows_) + "x" +
+                        std::to_string(cols_));
+    }
+    return view(data_ + r * stride_ + c, rows, cols, stride_);
+  }
   T& operator()(std::size_t r, std::size_t c) const { return data_[r * stride_ + c]; }
 
  private:

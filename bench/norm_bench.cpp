@@ -1,0 +1,245 @@
+// layernorm and rmsnorm (kernels/layernorm.hpp, kernels/rmsnorm.hpp) against memcpy and oneDNN,
+// one thread, in the same run:
+//
+//   layernorm/<format>/<rows>x<cols>      forward, bf16 and float at 1576x768 (ViT-B/16, batch 8)
+//   rmsnorm/<format>/<rows>x<cols>        and 4096x4096
+//   layernorm_bwd/<format>/1576x768       backward (dy, x in; dx, dgamma, dbeta out), GBps only
+//   rmsnorm_bwd/<format>/1576x768
+// (Google Benchmark appends /manual_time.)
+//
+// Inputs: x and dy N(0, 1) (mt19937, seeds 42 and 43) in <format>; gamma 1 + N(0, 0.1) and beta
+// N(0, 0.1), fp32 (as oneDNN takes them); y and dx in <format>, dgamma and dbeta fp32; eps 1e-5;
+// rounded to nearest even.
+// Counters (the benchmark's own time, UseManualTime, is the tilekern call's alone):
+//   GBps         bytes read + written by the kernel / time: x and y once each, gamma and beta once
+//                per call (backward: dy, x, dx, gamma, dgamma, dbeta)
+//   memcpy_frac  memcpy time / tilekern time: a memcpy of x's bytes into y's buffer
+//   onednn_frac  oneDNN layer normalisation (forward inference, use_scale | use_shift, same
+//                format, fp32 gamma and beta, one thread) time / tilekern time; layernorm only
+//                (oneDNN 2.6 has no RMS normalisation), and only when the build found oneDNN
+//   err          the largest |y - y_ref| / max(|y_ref|, 1) against reference::layernorm or
+//                reference::rmsnorm (fp64, on the decoded inputs), over every element, computed
+//                once before the timed loop (forward only)
+// Times are the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), as in softmax_bench.cpp: on
+// this shared 2-core machine the wall clock mostly measures waiting to be scheduled. Every call
+// timed is single-threaded (oneDNN included: support/baselines.hpp). Every iteration times the
+// kernel, the memcpy and oneDNN back to back into the same output buffer, alternating the order
+// (kernel first on even iterations, last on odd ones), so all see the same cache state and clock;
+// a ratio is the total time of one over the total of the other.
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <ctime>
+#include <functional>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "support/baselines.hpp"
+#include "tilekern/kernels/layernorm.hpp"
+#include "tilekern/kernels/rmsnorm.hpp"
+#include "tilekern/reference/layernorm.hpp"
+#include "tilekern/reference/rmsnorm.hpp"
+#include "tilekern/simd/convert.hpp"
+#include "tilekern/types/formats.hpp"
+
+namespace tilekern {
+namespace {
+
+template <class T>
+std::vector<T> normal_tensor(std::size_t n, unsigned seed, float mean = 0, float sigma = 1) {
+  std::mt19937 generator(seed);
+  std::normal_distribution<float> distribution(mean, sigma);
+  std::vector<float> values(n);
+  for (float& v : values) v = distribution(generator);
+  if constexpr (std::is_same_v<T, float>) {
+    return values;
+  } else {
+    std::vector<T> result(n);
+    convert(std::span<const float>(values), std::span<T>(result));
+    return result;
+  }
+}
+
+template <class T>
+double decode(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return v.to_double();
+  }
+}
+
+template <class T>
+std::vector<double> decoded(const std::vector<T>& values) {
+  std::vector<double> result(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) result[i] = decode(values[i]);
+  return result;
+}
+
+template <class T>
+std::string name_of() {
+  if constexpr (std::is_same_v<T, float>) {
+    return "float";
+  } else {
+    return format_name<T>();
+  }
+}
+
+double seconds_of(const std::function<void()>& work) {
+  timespec start{}, stop{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &start);
+  work();
+  benchmark::ClobberMemory();
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &stop);
+  return static_cast<double>(stop.tv_sec - start.tv_sec) +
+         static_cast<double>(stop.tv_nsec - start.tv_nsec) * 1e-9;
+}
+
+// Times `kernel` (the benchmark's time), and each of `others` back to back in every iteration, in
+// alternating order; returns the total seconds of each other over the kernel's.
+std::vector<double> time_against(benchmark::State& state, const std::function<void()>& kernel,
+                                 const std::vector<std::function<void()>>& others,
+                                 double& kernel_seconds) {
+  std::vector<double> totals(others.size(), 0.0);
+  kernel_seconds = 0;
+  bool kernel_first = true;
+  for (auto _ : state) {
+    double seconds = 0;
+    if (kernel_first) seconds = seconds_of(kernel);
+    for (std::size_t k = 0; k < others.size(); ++k) totals[k] += seconds_of(others[k]);
+    if (!kernel_first) seconds = seconds_of(kernel);
+    kernel_seconds += seconds;
+    state.SetIterationTime(seconds);
+    kernel_first = !kernel_first;
+  }
+  for (double& total : totals) total /= kernel_seconds;
+  return totals;
+}
+
+// The largest |y - want| / max(|want|, 1).
+template <class T>
+double largest_error(const std::vector<T>& y, const std::vector<double>& want) {
+  double worst = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    const double error = std::abs(decode(y[i]) - want[i]);
+    worst = std::max(worst, error / std::max(std::abs(want[i]), 1.0));
+  }
+  return worst;
+}
+
+enum class norm { layer, rms };
+
+template <class T>
+void forward(benchmark::State& state, norm kind, std::size_t rows, std::size_t cols) {
+  constexpr float eps = 1e-5f;
+  const std::vector<T> x = normal_tensor<T>(rows * cols, 42);
+  const std::vector<float> gamma = normal_tensor<float>(cols, 44, 1.0f, 0.1f);
+  const std::vector<float> beta = normal_tensor<float>(cols, 45, 0.0f, 0.1f);
+  std::vector<T> y(rows * cols);
+  const view<const T> xv(x.data(), rows, cols);
+  const view<T> yv(y.data(), rows, cols);
+  const auto kernel = [&] {
+    if (kind == norm::layer) {
+      layernorm(xv, gamma, beta, yv, eps);
+    } else {
+      rmsnorm(xv, gamma, yv, eps);
+    }
+  };
+
+  // The error against the fp64 reference, once, outside the timed loop.
+  kernel();
+  {
+    const std::vector<double> x64 = decoded(x), gamma64 = decoded(gamma), beta64 = decoded(beta);
+    std::vector<double> want(rows * cols);
+    const view<const double> x64v(x64.data(), rows, cols);
+    if (kind == norm::layer) {
+      reference::layernorm(x64v, gamma64, beta64, eps, view<double>(want.data(), rows, cols));
+    } else {
+      reference::rmsnorm(x64v, gamma64, eps, view<double>(want.data(), rows, cols));
+    }
+    state.counters["err"] = largest_error(y, want);
+  }
+
+  const std::size_t bytes = rows * cols * sizeof(T);
+  std::vector<std::function<void()>> others = {
+      [&] { bench::copy_bytes(y.data(), x.data(), bytes); }};
+#if TILEKERN_HAVE_ONEDNN
+  std::unique_ptr<bench::onednn_layernorm> onednn;
+  if (kind == norm::layer) {
+    onednn = std::make_unique<bench::onednn_layernorm>(
+        std::is_same_v<T, float> ? bench::dnnl_type::f32 : bench::dnnl_type::bf16, rows, cols, eps,
+        x.data(), gamma.data(), beta.data(), y.data());
+    others.push_back([&] { onednn->run(); });
+  }
+#endif
+  double seconds = 0;
+  const auto ratios = time_against(state, kernel, others, seconds);
+  const std::size_t vectors = (kind == norm::layer ? 2 : 1) * cols * sizeof(float);
+  const auto iterations = static_cast<double>(state.iterations());
+  state.counters["GBps"] = static_cast<double>(2 * bytes + vectors) * iterations / seconds * 1e-9;
+  state.counters["memcpy_frac"] = ratios[0];
+  if (ratios.size() > 1) state.counters["onednn_frac"] = ratios[1];
+}
+
+template <class T>
+void backward(benchmark::State& state, norm kind, std::size_t rows, std::size_t cols) {
+  constexpr float eps = 1e-5f;
+  const std::vector<T> x = normal_tensor<T>(rows * cols, 42);
+  const std::vector<T> dy = normal_tensor<T>(rows * cols, 43);
+  const std::vector<float> gamma = normal_tensor<float>(cols, 44, 1.0f, 0.1f);
+  std::vector<T> dx(rows * cols);
+  std::vector<float> dgamma(cols), dbeta(cols);
+  const view<const T> xv(x.data(), rows, cols), dyv(dy.data(), rows, cols);
+  const view<T> dxv(dx.data(), rows, cols);
+  double seconds = 0;
+  time_against(
+      state,
+      [&] {
+        if (kind == norm::layer) {
+          layernorm_backward(dyv, xv, gamma, dxv, dgamma, dbeta, eps);
+        } else {
+          rmsnorm_backward(dyv, xv, gamma, dxv, dgamma, eps);
+        }
+      },
+      {}, seconds);
+  const std::size_t vectors = (kind == norm::layer ? 3 : 2) * cols * sizeof(float);
+  state.counters["GBps"] = static_cast<double>(3 * rows * cols * sizeof(T) + vectors) *
+                           static_cast<double>(state.iterations()) / seconds * 1e-9;
+}
+
+void add(const std::string& name, std::function<void(benchmark::State&)> body) {
+  benchmark::RegisterBenchmark(name.c_str(), [body](benchmark::State& state) { body(state); })
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
+}
+
+template <class T>
+void register_format() {
+  constexpr std::size_t shapes[][2] = {{1576, 768}, {4096, 4096}};
+  for (const norm kind : {norm::layer, norm::rms}) {
+    const std::string name = kind == norm::layer ? "layernorm" : "rmsnorm";
+    for (const auto& shape : shapes) {
+      const std::size_t rows = shape[0], cols = shape[1];
+      add(name + "/" + name_of<T>() + "/" + std::to_string(rows) + "x" + std::to_string(cols),
+          [=](benchmark::State& state) { forward<T>(state, kind, rows, cols); });
+    }
+    add(name + "_bwd/" + name_of<T>() + "/1576x768",
+        [=](benchmark::State& state) { backward<T>(state, kind, 1576, 768); });
+  }
+}
+
+const bool registered = [] {
+  register_format<bf16>();
+  register_format<float>();
+  return true;
+}();
+
+}  // namespace
+}  // namespace tilekern

@@ -1,0 +1,163 @@
+// softmax (kernels/softmax.hpp) against memcpy and oneDNN, one thread, in the same run:
+//
+//   softmax/<format>/<rows>x<cols>       forward, no mask, scale 1, bf16 and float at 1576x768
+//                                        (ViT-B/16, batch 8) and 4096x4096
+//   softmax_bwd/<format>/1576x768        backward (dy and y in, dx out), GBps only
+// (Google Benchmark appends /manual_time.)
+//
+// Inputs: N(0, 1) (mt19937, seed 42), in and out in <format>, rounded to nearest even.
+// Counters (the benchmark's own time, UseManualTime, is the tilekern call's alone):
+//   GBps         bytes read + written by the kernel (x once, y once; backward dy, y and dx) / time
+//   memcpy_frac  memcpy time / tilekern time: a memcpy of x's bytes into y's buffer
+//   onednn_frac  oneDNN softmax (softmax_accurate, same format, one thread) time / tilekern time;
+//                only when the build found oneDNN (TILEKERN_HAVE_ONEDNN)
+// Times are the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), not the wall clock: on this
+// shared 2-core machine other jobs often hold both cores, and wall time then mostly measures how
+// long the thread waited to be scheduled (3-5x the CPU time, run to run). Every call timed is
+// single-threaded (oneDNN included: support/baselines.hpp), so its CPU time is its running time.
+// Every iteration times the kernel, the memcpy and oneDNN back to back, into the same output
+// buffer, alternating the order (kernel first on even iterations, last on odd ones), so all see
+// the same cache state and clock; a ratio is the total time of one over the total of the other.
+
+#include <benchmark/benchmark.h>
+
+#include <cstddef>
+#include <ctime>
+#include <functional>
+#include <random>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "support/baselines.hpp"
+#include "tilekern/kernels/softmax.hpp"
+#include "tilekern/simd/convert.hpp"
+#include "tilekern/types/formats.hpp"
+
+namespace tilekern {
+namespace {
+
+template <class T>
+std::vector<T> normal_tensor(std::size_t n, unsigned seed) {
+  std::mt19937 generator(seed);
+  std::normal_distribution<float> distribution;
+  std::vector<float> values(n);
+  for (float& v : values) v = distribution(generator);
+  if constexpr (std::is_same_v<T, float>) {
+    return values;
+  } else {
+    std::vector<T> result(n);
+    convert(std::span<const float>(values), std::span<T>(result));
+    return result;
+  }
+}
+
+template <class T>
+std::string name_of() {
+  if constexpr (std::is_same_v<T, float>) {
+    return "float";
+  } else {
+    return format_name<T>();
+  }
+}
+
+double seconds_of(const std::function<void()>& work) {
+  timespec start{}, stop{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &start);
+  work();
+  benchmark::ClobberMemory();
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &stop);
+  return static_cast<double>(stop.tv_sec - start.tv_sec) +
+         static_cast<double>(stop.tv_nsec - start.tv_nsec) * 1e-9;
+}
+
+// Times `kernel` (the benchmark's time), and each of `others` back to back in every iteration, in
+// alternating order; returns the total seconds of each other over the kernel's.
+std::vector<double> time_against(benchmark::State& state, const std::function<void()>& kernel,
+                                 const std::vector<std::function<void()>>& others,
+                                 double& kernel_seconds) {
+  std::vector<double> totals(others.size(), 0.0);
+  kernel_seconds = 0;
+  bool kernel_first = true;
+  for (auto _ : state) {
+    double seconds = 0;
+    if (kernel_first) seconds = seconds_of(kernel);
+    for (std::size_t k = 0; k < others.size(); ++k) totals[k] += seconds_of(others[k]);
+    if (!kernel_first) seconds = seconds_of(kernel);
+    kernel_seconds += seconds;
+    state.SetIterationTime(seconds);
+    kernel_first = !kernel_first;
+  }
+  for (double& total : totals) total /= kernel_seconds;
+  return totals;
+}
+
+template <class T>
+void forward(benchmark::State& state, std::size_t rows, std::size_t cols) {
+  const std::vector<T> x = normal_tensor<T>(rows * cols, 42);
+  std::vector<T> y(rows * cols);
+  const view<const T> xv(x.data(), rows, cols);
+  const view<T> yv(y.data(), rows, cols);
+  const std::size_t bytes = rows * cols * sizeof(T);
+  std::vector<std::function<void()>> others = {
+      [&] { bench::copy_bytes(y.data(), x.data(), bytes); }};
+#if TILEKERN_HAVE_ONEDNN
+  bench::onednn_softmax onednn(
+      std::is_same_v<T, float> ? bench::dnnl_type::f32 : bench::dnnl_type::bf16, rows, cols,
+      x.data(), y.data());
+  others.push_back([&] { onednn.run(); });
+#endif
+  double seconds = 0;
+  const auto ratios = time_against(
+      state, [&] { softmax(xv, yv); }, others, seconds);
+  const auto iterations = static_cast<double>(state.iterations());
+  state.counters["GBps"] = 2.0 * static_cast<double>(bytes) * iterations / seconds * 1e-9;
+  state.counters["memcpy_frac"] = ratios[0];
+  if (ratios.size() > 1) state.counters["onednn_frac"] = ratios[1];
+}
+
+template <class T>
+void backward(benchmark::State& state, std::size_t rows, std::size_t cols) {
+  const std::vector<T> dy = normal_tensor<T>(rows * cols, 42);
+  std::vector<T> y(rows * cols), dx(rows * cols);
+  softmax(view<const T>(normal_tensor<T>(rows * cols, 43)), view<T>(y));
+  const std::size_t bytes = rows * cols * sizeof(T);
+  double seconds = 0;
+  time_against(
+      state,
+      [&] {
+        softmax_backward(view<const T>(dy.data(), rows, cols), view<const T>(y.data(), rows, cols),
+                         view<T>(dx.data(), rows, cols));
+      },
+      {}, seconds);
+  state.counters["GBps"] =
+      3.0 * static_cast<double>(bytes) * static_cast<double>(state.iterations()) / seconds * 1e-9;
+}
+
+void add(const std::string& name, std::function<void(benchmark::State&)> body) {
+  benchmark::RegisterBenchmark(name.c_str(), [body](benchmark::State& state) { body(state); })
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
+}
+
+template <class T>
+void register_format() {
+  constexpr std::size_t shapes[][2] = {{1576, 768}, {4096, 4096}};
+  for (const auto& shape : shapes) {
+    const std::size_t rows = shape[0], cols = shape[1];
+    add("softmax/" + name_of<T>() + "/" + std::to_string(rows) + "x" + std::to_string(cols),
+        [=](benchmark::State& state) { forward<T>(state, rows, cols); });
+  }
+  add("softmax_bwd/" + name_of<T>() + "/1576x768",
+      [](benchmark::State& state) { backward<T>(state, 1576, 768); });
+}
+
+const bool registered = [] {
+  register_format<bf16>();
+  register_format<float>();
+  return true;
+}();
+
+}  // namespace
+}  // namespace tilekern

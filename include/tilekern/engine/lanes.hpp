@@ -1,0 +1,488 @@
+#pragma once
+// The machinery under the vector and scalar engines (engine/vector.hpp, engine/scalar.hpp): fp32
+// lanes streamed row by row out of views in any format and back into one.
+//
+// An engine operation computes, for every element (r, c) of its destination, fp32 lanes from its
+// operands, and rounds the result into the destination's format. Operands are
+//   - a view of the destination's shape,
+//   - a view of one row (1 x cols), the same row for every r (row broadcast),
+//   - a view of one column (rows x 1), one value per row, the same for every c (column broadcast;
+//     per-row statistics such as a row's max or mean are such columns),
+//   - a 1 x 1 view or a float, the same value everywhere.
+// Views hold float or any tilekern format; they are decoded exactly to fp32 as they are loaded
+// (a signalling NaN in bf16 stays signalling until the first arithmetic, which x86 defines),
+// and the destination is encoded with the caller's cast_options (element (r, c) of a
+// destination of `cols` columns draws stochastic bits with index r * cols + c).
+//
+// Paths: lanes of the active ISA path (simd/isa.hpp): 16 fp32 lanes (avx512 and amx), 8 (avx2),
+// or 1 (scalar), the same lane-wise code on each, so elementwise results are bit-identical on
+// every path; only reductions, which add lanes in a different order, differ between paths.
+// The last partial block of a row is staged through zero-filled stack buffers: no operation
+// reads or writes outside its views.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include <hwy/highway.h>
+
+#include "tilekern/error.hpp"
+#include "tilekern/simd/convert_vector.hpp"
+#include "tilekern/simd/isa.hpp"
+#include "tilekern/tile/view.hpp"
+#include "tilekern/types/minifloat.hpp"
+#include "tilekern/types/random.hpp"
+#include "tilekern/types/rounding.hpp"
+
+namespace tilekern {
+
+// What the vector and scalar engines hold: float or any tilekern format.
+template <class T>
+concept engine_element = std::is_same_v < std::remove_const_t<T>,
+float > || minifloat_format<std::remove_const_t<T>>;
+
+namespace detail {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// body(d) for the fp32 lanes `d` of the active path.
+template <class Body>
+decltype(auto) visit_lanes(Body&& body) {
+  [[maybe_unused]] const isa level = active_isa();
+#if defined(TILEKERN_CONVERT_AVX512)
+  if (level >= isa::avx512) return body(hn::Simd<float, 16, 0>());
+#endif
+#if defined(TILEKERN_CONVERT_AVX2)
+  if (level >= isa::avx2) return body(hn::Simd<float, 8, 0>());
+#endif
+  return body(hn::Simd<float, 1, 0>());
+}
+
+inline std::string shape_text(std::size_t rows, std::size_t cols) {
+  return std::to_string(rows) + "x" + std::to_string(cols);
+}
+
+// One block of fp32 lanes from `from`, exact.
+template <class T, class D>
+HWY_INLINE hn::Vec<D> load_lanes(D d, const T* from) {
+  if constexpr (std::is_same_v<T, float>) {
+    return hn::LoadU(d, from);
+  } else if constexpr (std::is_same_v<T, bool>) {  // a mask: 0 or 1
+    if constexpr (hn::MaxLanes(D()) == 1) {
+      return hn::Set(d, *from ? 1.0f : 0.0f);
+    } else {
+      const hn::Rebind<std::uint8_t, D> bytes;
+      const hn::Rebind<std::int32_t, D> words;
+      const auto* codes = reinterpret_cast<const std::uint8_t*>(from);
+      return hn::ConvertTo(d, hn::PromoteTo(words, hn::LoadU(bytes, codes)));
+    }
+  } else if constexpr (hn::MaxLanes(D()) == 1) {
+    return hn::Set(d, from->to_float());
+  } else if constexpr (std::is_same_v<T, bf16>) {
+    // A shift: bf16 is the top half of fp32. Unlike decode_block it does not quiet signalling
+    // NaNs (the first arithmetic on one does, and every encoder does).
+    const hn::RebindToUnsigned<D> du;
+    const hn::Rebind<std::uint16_t, D> codes;
+    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(codes, storage_of(from)))));
+  } else {
+#if defined(TILEKERN_CONVERT_AVX2)
+    return decode_block<T>(d, storage_of(from));
+#endif
+  }
+}
+
+// The first n < lanes elements of `from`, zeros after them.
+template <class T, class D>
+HWY_INLINE hn::Vec<D> load_partial(D d, const T* from, std::size_t n) {
+  T staged[hn::MaxLanes(D())] = {};
+  std::copy_n(from, n, staged);
+  return load_lanes(d, staged);
+}
+
+// A view as it is, a tile's view, or a contiguous range as a view of one row.
+template <class T>
+struct is_view : std::false_type {};
+template <class T>
+struct is_view<view<T>> : std::true_type {};
+
+template <class Tensor>
+auto to_view(Tensor&& tensor) {
+  if constexpr (is_view<std::remove_cvref_t<Tensor>>::value) {
+    return std::remove_cvref_t<Tensor>(tensor);
+  } else if constexpr (requires { tensor.view(); }) {
+    return tensor.view();
+  } else {
+    return view(std::forward<Tensor>(tensor));
+  }
+}
+
+// A source operand of an engine operation, resolved against the destination's shape (see the top
+// of this header): element (r, c) is data[r * row_step + c * col_step], col_step 0 or 1, or
+// `value` everywhere when data is null.
+template <class T>
+struct operand {
+  const T* data = nullptr;
+  std::size_t row_step = 0;
+  std::size_t col_step = 0;
+  float value = 0.0f;
+
+  float at(std::size_t r) const {
+    if (data == nullptr) return value;
+    return static_cast<float>(data[r * row_step]);
+  }
+
+  // The operand's lanes along row r.
+  template <class D>
+  struct cursor {
+    const T* row;  // null when the row is one value
+    hn::Vec<D> splat;
+    HWY_INLINE hn::Vec<D> load(D d, std::size_t c) const {
+      return row ? load_lanes(d, row + c) : splat;
+    }
+    HWY_INLINE hn::Vec<D> load_tail(D d, std::size_t c, std::size_t n) const {
+      return row ? load_partial(d, row + c, n) : splat;
+    }
+  };
+  template <class D>
+  HWY_INLINE cursor<D> at_row(D d, std::size_t r) const {
+    if (data != nullptr && col_step == 1) return {data + r * row_step, hn::Zero(d)};
+    return {nullptr, hn::Set(d, at(r))};
+  }
+};
+
+}  // namespace detail
+
+// An affine function of the element's indices, row * r + col * c + offset, evaluated in fp32
+// (exact while every term and the sum are integers below 2^24): iota's values, and the predicate
+// of affine_select (the causal mask is r - c + offset >= 0).
+struct affine {
+  float row = 0.0f;
+  float col = 0.0f;
+  float offset = 0.0f;
+};
+
+namespace detail {
+
+template <>
+struct operand<affine> {
+  affine f;
+
+  float at(std::size_t r) const { return f.row * static_cast<float>(r) + f.offset; }
+
+  template <class D>
+  struct cursor {
+    hn::Vec<D> first;  // the lanes of column 0
+    float col;
+    HWY_INLINE hn::Vec<D> load(D d, std::size_t c) const {
+      return first + hn::Set(d, col * static_cast<float>(c));
+    }
+    HWY_INLINE hn::Vec<D> load_tail(D d, std::size_t c, std::size_t) const { return load(d, c); }
+  };
+  template <class D>
+  HWY_INLINE cursor<D> at_row(D d, std::size_t r) const {
+    return {hn::Set(d, at(r)) + hn::Iota(d, 0.0f) * hn::Set(d, f.col), f.col};
+  }
+};
+inline operand<affine> resolve(const char*, const char*, affine f, std::size_t, std::size_t) {
+  return {f};
+}
+
+// Resolves `source` (a view or a float) against a destination of rows x cols; throws shape_error
+// naming the operation and the argument if it is none of the shapes the top of this header lists.
+template <class T>
+operand<T> resolve(const char* function, const char* argument, view<const T> source,
+                   std::size_t rows, std::size_t cols) {
+  const std::size_t r = source.rows(), c = source.cols();
+  if (r == rows && c == cols) return {source.data(), source.stride(), 1};
+  if (r == 1 && c == cols) return {source.data(), 0, 1};
+  if (r == rows && c == 1) return {source.data(), source.stride(), 0};
+  if (r == 1 && c == 1) return {source.data(), 0, 0};
+  throw shape_error(std::string(function) + ": " + argument + " is " + shape_text(r, c) +
+                    ", expected " + shape_text(rows, cols) + ", 1x" + std::to_string(cols) +
+                    " (a row), " + std::to_string(rows) + "x1 (a column) or 1x1");
+}
+inline operand<float> resolve(const char*, const char*, float value, std::size_t, std::size_t) {
+  return {nullptr, 0, 0, value};
+}
+
+// A view or a float as an engine source: views of T and ranges become view<const T>.
+template <class Source>
+auto as_source(const Source& source) {
+  if constexpr (std::is_arithmetic_v<Source>) {
+    return static_cast<float>(source);
+  } else if constexpr (std::is_same_v<Source, affine>) {
+    return source;
+  } else {
+    const auto as_view = to_view(source);
+    using element = std::remove_const_t<typename decltype(as_view)::element_type>;
+    static_assert(engine_element<element> || std::is_same_v<element, bool>,
+                  "tilekern engine: an operand must hold float, a tilekern format (bf16, fp16, "
+                  "tf32, fp8_*, any minifloat<...>) or bool (a mask), or be a float");
+    return view<const element>(as_view);
+  }
+}
+
+// The destination type of a reduction that writes no tensor: stores of it do nothing.
+struct no_output {};
+
+}  // namespace detail
+
+// Where an engine operation writes, and how it rounds: element (r, c) of `to` is encoded with
+// `cast`, drawing stochastic bits with index first_index + r * index_stride + c (index_stride 0
+// means to.cols()). A kernel that works on a block of rows of a larger tensor passes the
+// block's offset and the tensor's columns, so that the bits do not depend on the blocking.
+template <class T>
+struct destination {
+  view<T> to;
+  cast_options cast{};
+  std::uint64_t first_index = 0;
+  std::uint64_t index_stride = 0;
+};
+
+namespace detail {
+
+// The output side of the row loop: blocks of fp32 lanes encoded into row r of `to`. The rounding
+// mode is chosen per block, at run time (a branch that always goes the same way): each row loop
+// is compiled once per path, not once per mode, which keeps the engine's code (and its compile
+// time) a third of what it would be.
+template <class T, class D>
+class lane_store {
+ public:
+  lane_store(D d, const destination<T>& to)
+      : to_(to.to),
+        cast_(to.cast),
+        first_index_(to.first_index),
+        index_stride_(to.index_stride != 0 ? to.index_stride : to.to.cols()),
+        key_(random_key::from(cast_.seed, cast_.stream)),
+        encoders_(make_encoders(d, cast_)) {}
+
+  // Lanes c, c + 1, ... of row r.
+  HWY_INLINE void store(D d, hn::Vec<D> x, std::size_t r, std::size_t c) const {
+    encode(d, x, to_.data() + r * to_.stride() + c, index(r, c));
+  }
+  // The first n < lanes of them.
+  HWY_INLINE void store_tail(D d, hn::Vec<D> x, std::size_t r, std::size_t c, std::size_t n) const {
+    if constexpr (!std::is_same_v<T, no_output>) {
+      T staged[hn::MaxLanes(D())] = {};
+      encode(d, x, staged, index(r, c));
+      std::copy_n(staged, n, to_.data() + r * to_.stride() + c);
+    }
+  }
+
+ private:
+  std::uint64_t index(std::size_t r, std::size_t c) const {
+    return first_index_ + r * index_stride_ + c;
+  }
+
+  HWY_INLINE void encode(D d, hn::Vec<D> x, T* out, std::uint64_t index) const {
+    if constexpr (std::is_same_v<T, no_output>) {
+      return;
+    } else if constexpr (std::is_same_v<T, float>) {
+      hn::StoreU(x, d, out);
+    } else if constexpr (hn::MaxLanes(D()) == 1) {
+      const bool stochastic = cast_.round == rounding::stochastic;
+      const std::uint32_t random = stochastic ? random_bits(key_, index) : 0;
+      *out = T::from(hn::GetLane(x), cast_.round, cast_.on_overflow, random);
+    } else {
+#if defined(TILEKERN_CONVERT_AVX2)
+      const auto& [nearest_even, toward_zero, stochastic] = encoders_;
+      switch (cast_.round) {
+        case rounding::stochastic:
+          return stochastic(x, storage_of(out), index);
+        case rounding::toward_zero:
+          return toward_zero(x, storage_of(out), index);
+        case rounding::nearest_even:
+          break;
+      }
+      nearest_even(x, storage_of(out), index);
+#endif
+    }
+  }
+
+  static auto make_encoders([[maybe_unused]] D d, [[maybe_unused]] const cast_options& cast) {
+#if defined(TILEKERN_CONVERT_AVX2)
+    if constexpr (minifloat_format<T> && hn::MaxLanes(D()) > 1) {
+      return std::tuple(vector_encoder<T, D, rounding::nearest_even>(d, cast),
+                        vector_encoder<T, D, rounding::toward_zero>(d, cast),
+                        vector_encoder<T, D, rounding::stochastic>(d, cast));
+    } else {
+      return 0;
+    }
+#else
+    return 0;
+#endif
+  }
+
+  view<T> to_;
+  cast_options cast_;
+  std::uint64_t first_index_;
+  std::uint64_t index_stride_;
+  random_key key_;
+  decltype(make_encoders(D(), cast_options())) encoders_;
+};
+
+// One fp32 value per row of a destination with `rows` rows: a column (rows x 1, any stride) or a
+// contiguous row of `rows` elements (a span). Throws shape_error naming the argument otherwise.
+struct column_out {
+  float* data;
+  std::size_t step;
+  float& operator[](std::size_t r) const { return data[r * step]; }
+};
+inline column_out resolve_column(const char* function, const char* argument, view<float> out,
+                                 std::size_t rows) {
+  if (out.rows() == rows && out.cols() == 1) return {out.data(), out.stride()};
+  if (out.rows() == 1 && out.cols() == rows) return {out.data(), 1};
+  throw shape_error(std::string(function) + ": " + argument + " is " +
+                    shape_text(out.rows(), out.cols()) + ", expected " + shape_text(rows, 1) +
+                    " (one value per row)");
+}
+
+// How lanes combine in a reduction, and what an empty lane holds.
+enum class combine : std::uint8_t { sum, max, min };
+
+template <combine Op, class D>
+HWY_INLINE hn::Vec<D> identity_lanes(D d) {
+  if constexpr (Op == combine::sum) return hn::Zero(d);
+  if constexpr (Op == combine::max) return hn::Set(d, -std::numeric_limits<float>::infinity());
+  if constexpr (Op == combine::min) return hn::Set(d, std::numeric_limits<float>::infinity());
+}
+// max and min propagate NaN through `nan`, which the caller folds in at the end (x86's max and
+// min return their second operand when either is NaN, so a NaN would otherwise be dropped).
+template <combine Op, class D>
+HWY_INLINE hn::Vec<D> combine_lanes(hn::Vec<D> a, hn::Vec<D> b) {
+  if constexpr (Op == combine::sum) return a + b;
+  if constexpr (Op == combine::max) return hn::Max(a, b);
+  if constexpr (Op == combine::min) return hn::Min(a, b);
+}
+template <combine Op, class D>
+HWY_INLINE float reduce_lanes(D d, hn::Vec<D> x) {
+  if constexpr (Op == combine::sum) return hn::GetLane(hn::SumOfLanes(d, x));
+  if constexpr (Op == combine::max) return hn::GetLane(hn::MaxOfLanes(d, x));
+  if constexpr (Op == combine::min) return hn::GetLane(hn::MinOfLanes(d, x));
+}
+
+// The partial results of a row reduction: element c of a row is reduced into partial c % 64 in
+// element order, on every path (4 vectors of 16 lanes, 8 of 8, or 64 single lanes), and the 64
+// partials are then combined pairwise. So a sum of n terms has relative error at most
+// (ceil(n / 64) + 6) u of the sum of magnitudes on every path, and the independent chains keep
+// the adds from waiting on each other.
+inline constexpr std::size_t reduce_slots = 64;
+
+// The row loop of every elementwise operation: for each element (r, c) of `to`,
+//   x = f(d, lanes of each operand),  to(r, c) = x rounded,  and with Reduce,
+//   sums[r] = the reduction Op of x over the row (fp32, before rounding).
+// f takes the descriptor and one hn::Vec per operand and returns one hn::Vec.
+template <bool Reduce, combine Op, class Out, class F, class... Ts>
+void map_rows(const destination<Out>& to, column_out sums, F&& f, const operand<Ts>&... operands) {
+  const std::size_t rows = to.to.rows(), cols = to.to.cols();
+  if (rows * cols == 0) {
+    if constexpr (Reduce) {
+      const float empty = Op == combine::sum   ? 0.0f
+                          : Op == combine::max ? -std::numeric_limits<float>::infinity()
+                                               : std::numeric_limits<float>::infinity();
+      for (std::size_t r = 0; r < rows; ++r) sums[r] = empty;
+    }
+    return;
+  }
+  visit_lanes([&](auto d) {
+    using D = decltype(d);
+    constexpr std::size_t lanes = hn::MaxLanes(D()), chains = reduce_slots / lanes;
+    const lane_store<Out, D> out(d, to);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const auto cursors = std::make_tuple(operands.at_row(d, r)...);
+      const auto compute = [&](auto load) {
+        return std::apply([&](const auto&... cursor) { return f(d, load(cursor)...); }, cursors);
+      };
+      // Reductions keep reduce_slots partial results: element c goes to slot c % reduce_slots,
+      // held in lane c % lanes of chain (c / lanes) % chains, on every path.
+      [[maybe_unused]] hn::Vec<D> acc[chains];
+      for (auto& partial : acc) partial = identity_lanes<Op>(d);
+      [[maybe_unused]] auto nan = hn::MaskFromVec(hn::Zero(d));
+      const auto block = [&](std::size_t c, std::size_t chain) {
+        const auto x = compute([&](const auto& cursor) { return cursor.load(d, c); });
+        out.store(d, x, r, c);
+        if constexpr (Reduce) {
+          acc[chain] = combine_lanes<Op, D>(acc[chain], x);
+          if constexpr (Op != combine::sum) nan = hn::Or(nan, hn::IsNaN(x));
+        }
+      };
+      std::size_t c = 0;
+      for (; c + reduce_slots <= cols; c += reduce_slots) {
+        for (std::size_t chain = 0; chain < chains; ++chain) block(c + chain * lanes, chain);
+      }
+      std::size_t chain = 0;
+      for (; c + lanes <= cols; c += lanes, ++chain) block(c, chain);
+      if (c < cols) {
+        const std::size_t n = cols - c;
+        const auto x = compute([&](const auto& cursor) { return cursor.load_tail(d, c, n); });
+        out.store_tail(d, x, r, c, n);
+        if constexpr (Reduce) {
+          const auto valid = hn::FirstN(d, n);
+          const auto kept = hn::IfThenElse(valid, x, identity_lanes<Op>(d));
+          acc[chain] = combine_lanes<Op, D>(acc[chain], kept);
+          if constexpr (Op != combine::sum) nan = hn::Or(nan, hn::And(valid, hn::IsNaN(x)));
+        }
+      }
+      if constexpr (Reduce) {
+        for (std::size_t half = chains / 2; half > 0; half /= 2) {
+          for (std::size_t i = 0; i < half; ++i) {
+            acc[i] = combine_lanes<Op, D>(acc[i], acc[i + half]);
+          }
+        }
+        float value = reduce_lanes<Op>(d, acc[0]);
+        if constexpr (Op != combine::sum) {
+          if (!hn::AllFalse(d, nan)) value = std::numeric_limits<float>::quiet_NaN();
+        }
+        sums[r] = value;
+      }
+    }
+  });
+}
+
+// The column loop: acc(0, c) = Op(acc(0, c), f(d, lanes of each operand at (r, c))) for r = 0,
+// 1, ..., rows - 1 in order, in fp32; acc is one row of `cols` floats and keeps what it held.
+// max and min propagate NaN.
+template <combine Op, class F, class... Ts>
+void reduce_cols(float* acc, std::size_t rows, std::size_t cols, F&& f,
+                 const operand<Ts>&... operands) {
+  if (rows * cols == 0) return;
+  visit_lanes([&](auto d) {
+    using D = decltype(d);
+    constexpr std::size_t lanes = hn::MaxLanes(D());
+    const auto fold = [&](hn::Vec<D> a, hn::Vec<D> x) {
+      if constexpr (Op == combine::sum) {
+        return a + x;
+      } else {
+        const auto nan = hn::Or(hn::IsNaN(a), hn::IsNaN(x));
+        return hn::IfThenElse(nan, a + x, combine_lanes<Op, D>(a, x));
+      }
+    };
+    for (std::size_t r = 0; r < rows; ++r) {
+      const auto cursors = std::make_tuple(operands.at_row(d, r)...);
+      const auto compute = [&](auto load) {
+        return std::apply([&](const auto&... cursor) { return f(d, load(cursor)...); }, cursors);
+      };
+      std::size_t c = 0;
+      for (; c + lanes <= cols; c += lanes) {
+        const auto x = compute([&](const auto& cursor) { return cursor.load(d, c); });
+        hn::StoreU(fold(hn::LoadU(d, acc + c), x), d, acc + c);
+      }
+      if (c < cols) {
+        const std::size_t n = cols - c;
+        const auto x = compute([&](const auto& cursor) { return cursor.load_tail(d, c, n); });
+        float staged[lanes] = {};
+        std::copy_n(acc + c, n, staged);
+        hn::StoreU(fold(hn::LoadU(d, staged), x), d, staged);
+        std::copy_n(staged, n, acc + c);
+      }
+    }
+  });
+}
+
+}  // namespace detail
+}  // namespace tilekern

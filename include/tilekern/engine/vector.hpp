@@ -1,0 +1,409 @@
+#pragma once
+// The vector engine: reductions, normalisation statistics, elementwise tensor-tensor and
+// tensor-scalar arithmetic, selects, iota and transpose, on views in any format with fp32
+// arithmetic inside (engine/lanes.hpp says how operands broadcast, how tails are handled and
+// which lanes each ISA path uses).
+//
+// Destinations come first. A destination is a writable view (a tile, a range), rounded to
+// nearest even, or `rounded(view, cast, first_index, index_stride)` for the caller's rounding
+// and stochastic indices. Sources are views of the destination's shape, one row (broadcast
+// down), one column (broadcast along: per-row values), a float, or an `affine` function of the
+// indices. A source of any other shape is a shape_error naming the operation and the argument,
+// thrown before anything is written.
+//
+//   map(dst, f, sources...)          dst = f(d, x...) lane by lane: f is generic over Highway
+//                                     vectors (d is the descriptor), e.g.
+//                                     [](auto d, auto x, auto m) { return hn::Max(x, m); }
+//   add sub mul div max min          dst = a op b (IEEE fp32; max and min as x86's, so a NaN in
+//                                     a gives b, documented per op)
+//   select(dst, mask, a, b)          dst = mask != 0 ? a : b   (mask: bool or any format)
+//   affine_select(dst, src, p, fill) dst = p(r, c) >= 0 ? src : fill
+//   iota(dst, p)                     dst = p(r, c)
+//   transpose(dst, src)              dst(c, r) = src(r, c)
+//   row_sum row_max row_min row_mean (column, x)   one fp32 value per row of x
+//   col_sum col_max col_min col_mean (row, x)      one fp32 value per column of x
+//   bn_stats(stats, x), bn_aggr(mean_var, stats)   per-row mean and variance in chunks
+//
+// Reductions: fp32, element c of a row into partial result c % 64 in element order, on every
+// path, then the 64 partials combined pairwise (engine/lanes.hpp, reduce_slots); a sum of n terms
+// is within (ceil(n / 64) + 6) u of the exact sum, relative to the sum of magnitudes, on every
+// path, though the last levels of the combination differ between paths, and with them the last
+// bits. max and min
+// propagate NaN (any NaN in the reduced elements gives NaN). An empty row sums to 0, has max
+// -inf and min +inf; an empty column the same.
+//
+// Normalisation statistics, as the NeuronCore's bn_stats / bn_aggr: bn_stats splits each row into
+// chunks of bn_chunk elements and writes (count, mean, m2) per chunk, m2 the sum of squared
+// deviations from the chunk's mean, computed in two passes over the chunk (the chunk is in L1 for
+// the second): no cancellation. bn_aggr combines chunks with Chan's pairwise formula in fp64 and
+// writes (mean, variance = m2 / count), so splitting a row into chunks loses nothing: the result
+// is within a few u of the fp64 two-pass statistics whatever the row's offset from zero.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "tilekern/engine/lanes.hpp"
+
+namespace tilekern::vector {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// A destination with the caller's rounding; see destination in engine/lanes.hpp.
+template <class Tensor>
+auto rounded(Tensor&& to, const cast_options& cast, std::uint64_t first_index = 0,
+             std::uint64_t index_stride = 0) {
+  auto as_view = detail::to_view(std::forward<Tensor>(to));
+  return destination<typename decltype(as_view)::element_type>{as_view, cast, first_index,
+                                                               index_stride};
+}
+
+namespace detail {
+
+using namespace tilekern::detail;  // NOLINT(google-build-using-namespace): the engine's own
+
+template <class T>
+struct is_destination : std::false_type {};
+template <class T>
+struct is_destination<destination<T>> : std::true_type {};
+
+template <class Tensor>
+auto as_destination(Tensor&& to) {
+  if constexpr (is_destination<std::remove_cvref_t<Tensor>>::value) {
+    return std::remove_cvref_t<Tensor>(to);
+  } else {
+    return rounded(std::forward<Tensor>(to), cast_options{});
+  }
+}
+
+template <class Destination>
+void check_destination() {
+  using element = typename decltype(Destination::to)::element_type;
+  static_assert(engine_element<element>,
+                "tilekern engine: a destination must hold float or a tilekern format (bf16, "
+                "fp16, tf32, fp8_*, any minifloat<...>)");
+  static_assert(!std::is_const_v<element>,
+                "tilekern engine: a destination must be writable (not a view of const)");
+}
+
+// map_rows over a destination and named sources, resolving and checking every source first;
+// with Reduce, also the fp32 row sums of the results into `sums`.
+template <bool Reduce = false, class Dst, class Sums, class F, class... Sources>
+void elementwise(const char* function, std::initializer_list<const char*> names, Dst&& dst,
+                 [[maybe_unused]] Sums&& sums, F&& f, const Sources&... sources) {
+  const auto to = as_destination(std::forward<Dst>(dst));
+  check_destination<decltype(to)>();
+  const std::size_t rows = to.to.rows(), cols = to.to.cols();
+  const char* const* name = names.begin();
+  [[maybe_unused]] const auto resolve_next = [&](const auto& source) {
+    return resolve(function, *name++, as_source(source), rows, cols);
+  };
+  // Braced initialisation evaluates in order, so each source meets its own name.
+  const std::tuple resolved{resolve_next(sources)...};
+  column_out column{nullptr, 0};
+  if constexpr (Reduce) column = resolve_column(function, "sums", to_view(sums), rows);
+  std::apply(
+      [&](const auto&... operands) { map_rows<Reduce, combine::sum>(to, column, f, operands...); },
+      resolved);
+}
+
+template <combine Op, class Out, class X>
+void reduce_rows(const char* function, Out&& out, const X& x) {
+  const auto source = as_source(x);
+  const std::size_t rows = source.rows(), cols = source.cols();
+  const column_out sums = resolve_column(function, "out", to_view(out), rows);
+  const destination<no_output> nothing{view<no_output>(nullptr, rows, cols)};
+  map_rows<true, Op>(
+      nothing, sums, [](auto, auto v) { return v; }, resolve(function, "x", source, rows, cols));
+}
+
+template <combine Op, class Out, class X>
+void reduce_columns(const char* function, Out&& out, const X& x) {
+  const auto source = as_source(x);
+  const std::size_t rows = source.rows(), cols = source.cols();
+  const view<float> acc = to_view(out);
+  if (acc.rows() != 1 || acc.cols() != cols) {
+    throw shape_error(std::string(function) + ": out is " + shape_text(acc.rows(), acc.cols()) +
+                      ", expected 1x" + std::to_string(cols) + " (one value per column of x)");
+  }
+  const float empty = Op == combine::sum   ? 0.0f
+                      : Op == combine::max ? -std::numeric_limits<float>::infinity()
+                                           : std::numeric_limits<float>::infinity();
+  std::fill_n(acc.data(), cols, empty);
+  reduce_cols<Op>(
+      acc.data(), rows, cols, [](auto, auto v) { return v; },
+      resolve(function, "x", source, rows, cols));
+}
+
+template <combine Op, class Out, class F, class First, class... Sources>
+void reduce_expression(const char* function, Out&& out, F&& f, const First& first,
+                       const Sources&... sources) {
+  const auto shape = as_source(first);
+  const std::size_t rows = shape.rows(), cols = shape.cols();
+  const column_out column = resolve_column(function, "out", to_view(out), rows);
+  const char* names[] = {"source 1", "source 2", "source 3", "source 4", "source 5", "source 6"};
+  static_assert(sizeof...(Sources) < 6, "tilekern::vector: at most 6 sources");
+  std::size_t next = 0;
+  const auto resolve_next = [&](const auto& source) {
+    return resolve(function, names[next++], as_source(source), rows, cols);
+  };
+  const std::tuple resolved{resolve_next(first), resolve_next(sources)...};
+  const destination<no_output> nothing{view<no_output>(nullptr, rows, cols)};
+  std::apply([&](const auto&... operands) { map_rows<true, Op>(nothing, column, f, operands...); },
+             resolved);
+}
+
+}  // namespace detail
+
+// dst = f(d, sources...), lane by lane (see the top of this header).
+template <class Dst, class F, class... Sources>
+void map(Dst&& dst, F&& f, const Sources&... sources) {
+  static_assert(sizeof...(Sources) <= 8, "tilekern::vector::map: at most 8 sources");
+  detail::elementwise("tilekern::vector::map",
+                      {"source 1", "source 2", "source 3", "source 4", "source 5", "source 6",
+                       "source 7", "source 8"},
+                      std::forward<Dst>(dst), nullptr, std::forward<F>(f), sources...);
+}
+
+// Tensor-tensor and tensor-scalar arithmetic: dst = a op b.
+#define TILEKERN_VECTOR_BINARY(op, expression)                                 \
+  template <class Dst, class A, class B>                                       \
+  void op(Dst&& dst, const A& a, const B& b) {                                 \
+    detail::elementwise(                                                       \
+        "tilekern::vector::" #op, {"a", "b"}, std::forward<Dst>(dst), nullptr, \
+        [](auto, auto x, auto y) { return expression; }, a, b);                \
+  }
+TILEKERN_VECTOR_BINARY(add, x + y)
+TILEKERN_VECTOR_BINARY(sub, x - y)
+TILEKERN_VECTOR_BINARY(mul, x* y)
+TILEKERN_VECTOR_BINARY(div, x / y)
+TILEKERN_VECTOR_BINARY(max, hn::Max(x, y))  // a NaN in either gives y (x86's maxps)
+TILEKERN_VECTOR_BINARY(min, hn::Min(x, y))  // a NaN in either gives y (x86's minps)
+#undef TILEKERN_VECTOR_BINARY
+
+// dst = mask != 0 ? a : b; mask holds bool or any format (NaN counts as nonzero).
+template <class Dst, class Mask, class A, class B>
+void select(Dst&& dst, const Mask& mask, const A& a, const B& b) {
+  detail::elementwise(
+      "tilekern::vector::select", {"mask", "a", "b"}, std::forward<Dst>(dst), nullptr,
+      [](auto d, auto m, auto x, auto y) {
+        return hn::IfThenZeroElse(m == hn::Zero(d), x) + hn::IfThenElseZero(m == hn::Zero(d), y);
+      },
+      mask, a, b);
+}
+
+// dst = predicate(r, c) >= 0 ? src : fill. The causal mask of a query row r over key column c
+// (keys aligned at the end when there are more keys than queries) is
+// affine{.row = 1, .col = -1, .offset = keys - queries}.
+template <class Dst, class Src>
+void affine_select(Dst&& dst, const Src& src, affine predicate, float fill) {
+  detail::elementwise(
+      "tilekern::vector::affine_select", {"src", "predicate", "fill"}, std::forward<Dst>(dst),
+      nullptr,
+      [](auto d, auto x, auto p, auto f) { return hn::IfThenElse(p >= hn::Zero(d), x, f); }, src,
+      predicate, fill);
+}
+
+// dst(r, c) = f.row * r + f.col * c + f.offset.
+template <class Dst>
+void iota(Dst&& dst, affine f) {
+  detail::elementwise(
+      "tilekern::vector::iota", {"f"}, std::forward<Dst>(dst), nullptr,
+      [](auto, auto p) { return p; }, f);
+}
+
+// dst(c, r) = src(r, c): dst is src's cols x rows.
+template <class Dst, class Src>
+void transpose(Dst&& dst, const Src& src) {
+  constexpr const char* function = "tilekern::vector::transpose";
+  const auto to = detail::as_destination(std::forward<Dst>(dst));
+  detail::check_destination<decltype(to)>();
+  const auto from = detail::as_source(src);
+  if (to.to.rows() != from.cols() || to.to.cols() != from.rows()) {
+    throw shape_error(std::string(function) + ": dst is " +
+                      detail::shape_text(to.to.rows(), to.to.cols()) + ", expected " +
+                      detail::shape_text(from.cols(), from.rows()) + " (src transposed)");
+  }
+  // Column c of src, gathered into fp32 pieces, is row c of dst.
+  constexpr std::size_t piece = 256;
+  float staged[piece];
+  const std::uint64_t stride = to.index_stride != 0 ? to.index_stride : to.to.cols();
+  for (std::size_t c = 0; c < from.cols(); ++c) {
+    for (std::size_t r0 = 0; r0 < from.rows(); r0 += piece) {
+      const std::size_t n = std::min(piece, from.rows() - r0);
+      for (std::size_t i = 0; i < n; ++i) staged[i] = static_cast<float>(from(r0 + i, c));
+      detail::map_rows<false, detail::combine::sum>(
+          destination<typename decltype(to.to)::element_type>{
+              to.to.block(c, r0, 1, n), to.cast, to.first_index + c * stride + r0, stride},
+          detail::column_out{nullptr, 0}, [](auto, auto v) { return v; },
+          detail::operand<float>{staged, 0, 1});
+    }
+  }
+}
+
+// One fp32 value per row of x, into `out`: a rows x 1 view of float or a range of rows floats.
+template <class Out, class X>
+void row_sum(Out&& out, const X& x) {
+  detail::reduce_rows<detail::combine::sum>("tilekern::vector::row_sum", out, x);
+}
+template <class Out, class X>
+void row_max(Out&& out, const X& x) {
+  detail::reduce_rows<detail::combine::max>("tilekern::vector::row_max", out, x);
+}
+template <class Out, class X>
+void row_min(Out&& out, const X& x) {
+  detail::reduce_rows<detail::combine::min>("tilekern::vector::row_min", out, x);
+}
+template <class Out, class X>
+void row_mean(Out&& out, const X& x) {
+  constexpr const char* function = "tilekern::vector::row_mean";
+  detail::reduce_rows<detail::combine::sum>(function, out, x);
+  const auto source = detail::as_source(x);
+  const auto means = detail::resolve_column(function, "out", detail::to_view(out), source.rows());
+  for (std::size_t r = 0; r < source.rows(); ++r) means[r] /= static_cast<float>(source.cols());
+}
+
+// One fp32 value per column of x, into `out`: one row of x.cols() floats.
+template <class Out, class X>
+void col_sum(Out&& out, const X& x) {
+  detail::reduce_columns<detail::combine::sum>("tilekern::vector::col_sum", out, x);
+}
+template <class Out, class X>
+void col_max(Out&& out, const X& x) {
+  detail::reduce_columns<detail::combine::max>("tilekern::vector::col_max", out, x);
+}
+template <class Out, class X>
+void col_min(Out&& out, const X& x) {
+  detail::reduce_columns<detail::combine::min>("tilekern::vector::col_min", out, x);
+}
+template <class Out, class X>
+void col_mean(Out&& out, const X& x) {
+  detail::reduce_columns<detail::combine::sum>("tilekern::vector::col_mean", out, x);
+  const view<float> means = detail::to_view(out);
+  const auto count = static_cast<float>(detail::as_source(x).rows());
+  for (std::size_t c = 0; c < means.cols(); ++c) means(0, c) /= count;
+}
+
+// Reductions of an expression, without writing it: the shape is the first source's (a view),
+// and the other sources broadcast against it as in map.
+//   row_sum_of(sums, f, sources...)   sums[r] = the fp32 sum over c of f(d, sources...)(r, c)
+//   row_max_of(maxes, f, sources...)  the same with max (NaN propagates)
+//   col_sum_of(acc, f, sources...)    acc(0, c) += the fp32 sum over r, rows in order: acc keeps
+//                                     what it held, so blocks of rows accumulate into one row
+template <class Sums, class F, class First, class... Sources>
+void row_sum_of(Sums&& sums, F&& f, const First& first, const Sources&... sources) {
+  detail::reduce_expression<detail::combine::sum>("tilekern::vector::row_sum_of", sums, f, first,
+                                                  sources...);
+}
+template <class Maxes, class F, class First, class... Sources>
+void row_max_of(Maxes&& maxes, F&& f, const First& first, const Sources&... sources) {
+  detail::reduce_expression<detail::combine::max>("tilekern::vector::row_max_of", maxes, f, first,
+                                                  sources...);
+}
+template <class Acc, class F, class First, class... Sources>
+void col_sum_of(Acc&& acc, F&& f, const First& first, const Sources&... sources) {
+  constexpr const char* function = "tilekern::vector::col_sum_of";
+  const auto shape = detail::as_source(first);
+  const std::size_t rows = shape.rows(), cols = shape.cols();
+  const view<float> out = detail::to_view(acc);
+  if (out.rows() != 1 || out.cols() != cols) {
+    throw shape_error(std::string(function) + ": acc is " +
+                      detail::shape_text(out.rows(), out.cols()) + ", expected 1x" +
+                      std::to_string(cols) + " (one value per column)");
+  }
+  const char* names[] = {"source 1", "source 2", "source 3", "source 4", "source 5", "source 6"};
+  static_assert(sizeof...(Sources) < 6, "tilekern::vector::col_sum_of: at most 6 sources");
+  std::size_t next = 0;
+  const auto resolve_next = [&](const auto& source) {
+    return detail::resolve(function, names[next++], detail::as_source(source), rows, cols);
+  };
+  const std::tuple resolved{resolve_next(first), resolve_next(sources)...};
+  std::apply(
+      [&](const auto&... operands) {
+        detail::reduce_cols<detail::combine::sum>(out.data(), rows, cols, f, operands...);
+      },
+      resolved);
+}
+
+// The chunk length of bn_stats, as on the NeuronCore (BN_STATS_FMAX).
+inline constexpr std::size_t bn_chunk = 512;
+
+// The number of columns bn_stats writes for rows of `cols` elements: 3 per chunk.
+constexpr std::size_t bn_stats_cols(std::size_t cols) {
+  return 3 * ((cols + bn_chunk - 1) / bn_chunk);
+}
+
+// stats(r, 3k .. 3k + 2) = (count, mean, m2) of chunk k of row r of x: elements
+// [k * bn_chunk, min((k + 1) * bn_chunk, cols)). stats is fp32, x.rows() x bn_stats_cols(cols).
+template <class Stats, class X>
+void bn_stats(Stats&& stats, const X& x) {
+  constexpr const char* function = "tilekern::vector::bn_stats";
+  const auto source = detail::as_source(x);
+  const view<float> out = detail::to_view(stats);
+  const std::size_t rows = source.rows(), cols = source.cols();
+  if (out.rows() != rows || out.cols() != bn_stats_cols(cols)) {
+    throw shape_error(std::string(function) + ": stats is " +
+                      detail::shape_text(out.rows(), out.cols()) + ", expected " +
+                      detail::shape_text(rows, bn_stats_cols(cols)) + " (3 per chunk of " +
+                      std::to_string(bn_chunk) + " columns)");
+  }
+  for (std::size_t c0 = 0; c0 < cols; c0 += bn_chunk) {
+    const std::size_t n = std::min(bn_chunk, cols - c0);
+    const auto chunk = source.block(0, c0, rows, n);
+    const std::size_t k = 3 * (c0 / bn_chunk);
+    const view<float> count = out.block(0, k, rows, 1), mean = out.block(0, k + 1, rows, 1),
+                      m2 = out.block(0, k + 2, rows, 1);
+    row_sum(mean, chunk);
+    for (std::size_t r = 0; r < rows; ++r) {
+      count(r, 0) = static_cast<float>(n);
+      mean(r, 0) /= static_cast<float>(n);
+    }
+    const destination<detail::no_output> nothing{view<detail::no_output>(nullptr, rows, n)};
+    detail::map_rows<true, detail::combine::sum>(
+        nothing, detail::column_out{m2.data(), m2.stride()},
+        [](auto, auto v, auto m) { return (v - m) * (v - m); },
+        detail::resolve(function, "x", chunk, rows, n),
+        detail::resolve(function, "stats", view<const float>(mean), rows, n));
+  }
+}
+
+// mean_var(r, 0 .. 1) = (mean, variance) of row r from its bn_stats: the chunks combined by Chan's
+// formula in fp64, variance = m2 / count (biased, as layernorm uses). mean_var is fp32, rows x 2.
+// A row of no elements gives (NaN, NaN).
+template <class MeanVar, class Stats>
+void bn_aggr(MeanVar&& mean_var, const Stats& stats) {
+  constexpr const char* function = "tilekern::vector::bn_aggr";
+  const auto in = detail::as_source(stats);
+  const view<float> out = detail::to_view(mean_var);
+  static_assert(std::is_same_v<typename decltype(in)::element_type, const float>,
+                "tilekern::vector::bn_aggr: stats must be the fp32 output of bn_stats");
+  if (in.cols() % 3 != 0) {
+    throw shape_error(std::string(function) + ": stats has " + std::to_string(in.cols()) +
+                      " columns, expected a multiple of 3 (count, mean, m2 per chunk)");
+  }
+  if (out.rows() != in.rows() || out.cols() != 2) {
+    throw shape_error(std::string(function) + ": mean_var is " +
+                      detail::shape_text(out.rows(), out.cols()) + ", expected " +
+                      detail::shape_text(in.rows(), 2) + " (mean, variance per row)");
+  }
+  for (std::size_t r = 0; r < in.rows(); ++r) {
+    double count = 0.0, mean = 0.0, m2 = 0.0;
+    for (std::size_t k = 0; k < in.cols(); k += 3) {
+      const double n = in(r, k), chunk_mean = in(r, k + 1), chunk_m2 = in(r, k + 2);
+      if (n == 0.0) continue;
+      const double total = count + n, delta = chunk_mean - mean;
+      mean += delta * (n / total);
+      m2 += chunk_m2 + delta * delta * (count * n / total);
+      count = total;
+    }
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    out(r, 0) = static_cast<float>(count > 0.0 ? mean : nan);
+    out(r, 1) = static_cast<float>(count > 0.0 ? m2 / count : nan);
+  }
+}
+
+}  // namespace tilekern::vector

@@ -1,0 +1,323 @@
+#pragma once
+// layernorm: layer normalisation of each row of a runtime-shaped tensor, in any format, forward
+// and backward, on the vector engine (engine/vector.hpp).
+//
+//   mean[r]   = mean_c(x[r][c]),  var[r] = mean_c((x[r][c] - mean[r])^2)   (biased)
+//   rstd[r]   = 1 / sqrt(var[r] + eps),  xhat = (x - mean) * rstd
+//   y[r][c]   = xhat[r][c] * gamma[c] + beta[c]
+//   dx[r][c]  = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  g = dy * gamma
+//   dgamma[c] = sum_r dy * xhat,  dbeta[c] = sum_r dy
+//
+// x, gamma, beta, y (and dy, dx, dgamma, dbeta) each hold float or any tilekern format, a
+// different one per tensor if you like; the arithmetic is fp32, per-row scalars fp64. The plain
+// fp64 versions are reference::layernorm and reference::layernorm_backward.
+//
+// The kernel is a loop over blocks of rows, as many as keep a block of x (in its own format) in
+// 128 KiB, so that x is read from memory once and from L2 by the later passes:
+//   1. s1[r] = sum_c (x - x[r][0])           vector::row_sum_of, fp32 per chunk of 512 columns,
+//      mean = x[r][0] + s1 / cols              the chunks added in fp64; the mean kept as two fp32
+//                                              values, shift + low (see below)
+//   2. m2[r] = sum_c ((x - shift) - low)^2   the same; rstd = 1 / sqrt(m2 / cols + eps) in fp64,
+//                                              rounded once to fp32
+//   3. y = ((x - shift) - low) * rstd * gamma + beta   vector::map (one fused multiply-add at the
+//                                              end), rounded with the caller's cast_options
+// Why not bn_stats / bn_aggr: the engine's bn_stats takes each chunk's mean as its fp32 sum over
+// its count, which for a constant row of fp32 values is in general not the value itself, so the
+// deviations, and y - beta, would not be 0. Shifting by the row's first element (as the reference
+// does) makes a constant row exact: its deviations are exactly 0, var = 0 and y = beta exactly,
+// for any eps > 0. (bn_stats could shift each chunk by its first element to the same effect.)
+// Why two fp32 values for the mean: one would lose u/2 of |mean|, which is an absolute error of
+// xhat as large as u/2 |mean| rstd (for a row offset by 100 standard deviations, 50 u) and turns
+// into many ulp where x is near the mean; x - shift is exact there (Sterbenz), and subtracting low
+// next leaves only the rounding of the sums.
+// The backward recomputes the statistics from x (no saved state), adds the row sums of g and
+// g * (x - shift) (fp32 per chunk, fp64 across chunks) and the column sums dgamma and dbeta
+// (vector::col_sum_of: fp32, rows in order across all blocks), encoded into dgamma and dbeta at
+// the end.
+//
+// Error (forward, the fp32 value of y before it is encoded, against reference::layernorm on the
+// same decoded inputs). y = xhat * gamma + beta adds two terms, and xhat subtracts the mean, so the
+// error is bounded by magnitudes, not by |y| (which may cancel):
+//   |y - y_ref| <= B u (|xhat * gamma| + |beta| + |gamma| * rstd * mean_c |x - x[r][0]|),
+// u = 2^-24. The last term is what the fp32 sums leave in the mean: relative to the row's spread,
+// not to its offset. Worst case B = m + 4 with m = k + 6 (the engine's 64 partial sums, k =
+// ceil(min(cols, 512) / 64) terms each, combined in 6 levels: engine/lanes.hpp): B = 18 on every
+// path, if every rounding error of a sum went the same way. Measured
+// (tests/kernels/layernorm_test.cpp prints it; N(0, 1) rows times 2^-4 .. 2^4, every third offset
+// by 3 standard deviations, 768 and 4097 columns): at most 2.3 u. The test checks B = 8.
+// bf16 and fp16 outputs (nearest even): within one code of the correctly rounded fp64 result,
+// except where y_ref is below 2^-12 of the magnitudes above (cancellation between xhat * gamma and
+// beta, or x within a few u of the spread from the mean); there the bound above plus half an ulp
+// holds. Measured with beta = 0: 0 to 1 such results in 2 x 64 x (768 + 4097) on avx512 and avx2,
+// 23 on the scalar path; the tests check both statements.
+// Gradients (fp32): |dx - dx_ref| <= 32 u * rstd * (max_c |g| (1 + s) + max_c |xhat| *
+// mean_c |g * xhat|) per row, s = rstd * mean_c |x - x[r][0]|; |dgamma - ref| <= 32 u *
+// sum_r |dy| (|xhat| + s) and |dbeta - ref| <= 32 u * sum_r |dy| per column, as tested; measured
+// at most 2.4 u of those scales (64 x 4097, every path).
+//
+// Special values and ranges:
+// - A constant row gives beta exactly, for any eps > 0 (and NaN with eps = 0: 0 * (1 / 0)).
+// - A NaN or an inf anywhere in a row makes the whole row NaN (as in the reference); NaN in gamma
+//   or beta makes its column NaN.
+// - A row whose statistics leave fp32's comfortable range (s1 or m2 not finite: |x - mean| above
+//   about 1.8e19 / sqrt(cols); or m2 below 2^-60: deviations near fp32's smallest normals) is
+//   scaled by a power of two, x * 2^-e with 2^e <= max |x| < 2^(e + 1), and its statistics taken
+//   again (its own row_max_of and row_sum_of passes): xhat = ((x * 2^-e - shift') - low') * rstd'
+//   with the mean' of x * 2^-e and rstd' = 1 / sqrt(m2' / cols + eps 2^-2e). So rows of 1e30
+//   (float), bf16's 1e38 and 1e-30 keep the bound above. (x * 2^-e - shift' is one fused
+//   multiply-subtract, the same operation as x - shift when no row needs it.)
+//
+// Stochastic rounding: element (r, c) of a rows x cols output draws its random bits with index
+// r * cols + c (its row-major index, whatever the stride); y uses stream cast.stream; in the
+// backward dx uses cast.stream, dgamma cast.stream + 1 and dbeta cast.stream + 2 (index c).
+//
+// y may be x itself (the same memory and format): each element is read before it is written.
+// Other overlaps between outputs and inputs are not supported.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "tilekern/engine/vector.hpp"
+#include "tilekern/error.hpp"
+#include "tilekern/kernels/rmsnorm.hpp"  // detail::norm_*: what the normalisation kernels share
+#include "tilekern/tile/view.hpp"
+#include "tilekern/types/rounding.hpp"
+
+namespace tilekern {
+
+namespace detail {
+
+// The per-row factors of a block of layernorm rows: xhat = ((x * scale - shift) - low) * rstd,
+// the mean (times scale) as shift + low, two fp32 values (so that x - mean is exact to about u^2
+// of the mean where x is near it, whatever the row's offset).
+struct layernorm_columns {
+  view<float> scale, first, shift, low, rstd, partial;
+};
+
+// scale, shift and rstd for the rows of xb (see the top of this header). sums: 2 * xb.rows()
+// doubles; scratch: one float.
+template <class X>
+void layernorm_statistics(view<const X> xb, float eps, const layernorm_columns& out, double* sums,
+                          float* scratch) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  const std::size_t rows = xb.rows(), cols = xb.cols();
+  const auto count = static_cast<double>(cols);
+  double* const s1 = sums;
+  double* const m2 = sums + rows;
+  // The two passes over rows [r0, r0 + n), with the scale already in out.scale (1 unless scaled).
+  const auto passes = [&](std::size_t r0, std::size_t n, bool scaled) {
+    const view<const X> x = xb.block(r0, 0, n, cols);
+    const view<const float> scale = out.scale.block(r0, 0, n, 1);
+    const view<float> partial = out.partial.block(r0, 0, n, 1);
+    const view<const float> first = out.first.block(r0, 0, n, 1);
+    const view<const float> shift = out.shift.block(r0, 0, n, 1), low = out.low.block(r0, 0, n, 1);
+    for (std::size_t r = r0; r < r0 + n; ++r) {
+      out.first(r, 0) = static_cast<float>(xb(r, 0)) * out.scale(r, 0);
+    }
+    if (scaled) {
+      norm_row_sums(
+          s1 + r0, partial, [](auto, auto v, auto s, auto x0) { return hn::MulSub(v, s, x0); }, x,
+          scale, first);
+    } else {
+      norm_row_sums(
+          s1 + r0, partial, [](auto, auto v, auto x0) { return v - x0; }, x, first);
+    }
+    for (std::size_t r = r0; r < r0 + n; ++r) {
+      const double mean = out.first(r, 0) + s1[r] / count;
+      out.shift(r, 0) = static_cast<float>(mean);
+      out.low(r, 0) = static_cast<float>(mean - out.shift(r, 0));
+    }
+    if (scaled) {
+      norm_row_sums(
+          m2 + r0, partial,
+          [](auto, auto v, auto s, auto mean, auto lo) {
+            const auto deviation = hn::MulSub(v, s, mean) - lo;
+            return deviation * deviation;
+          },
+          x, scale, shift, low);
+    } else {
+      norm_row_sums(
+          m2 + r0, partial,
+          [](auto, auto v, auto mean, auto lo) {
+            const auto deviation = (v - mean) - lo;
+            return deviation * deviation;
+          },
+          x, shift, low);
+    }
+  };
+  std::fill_n(out.scale.data(), rows, 1.0f);
+  passes(0, rows, false);
+  for (std::size_t r = 0; r < rows; ++r) {
+    if (!std::isfinite(s1[r]) || norm_needs_rescale(m2[r])) {
+      const float scale = norm_rescale(norm_row_max_abs(xb.block(r, 0, 1, cols), scratch));
+      if (std::isnan(scale) || std::isinf(scale)) {
+        out.shift(r, 0) = std::numeric_limits<float>::quiet_NaN();  // the row is NaN
+      } else if (scale != 0.0f) {
+        const float shift = out.shift(r, 0), low = out.low(r, 0);
+        out.scale(r, 0) = scale;
+        passes(r, 1, true);
+        if (m2[r] == 0.0) {  // a row of equal values: exact as it was, without the scale
+          out.scale(r, 0) = 1.0f;
+          out.shift(r, 0) = shift;
+          out.low(r, 0) = low;
+        }
+      }
+    }
+    const double s = out.scale(r, 0);
+    out.rstd(r, 0) = static_cast<float>(1.0 / std::sqrt(m2[r] / count + eps * s * s));
+  }
+}
+
+template <class X, class G, class B, class Y>
+void layernorm_views(view<const X> x, view<const G> gamma, view<const B> beta, view<Y> y, float eps,
+                     const cast_options& cast) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  constexpr const char* function = "tilekern::layernorm";
+  const std::size_t rows = x.rows(), cols = x.cols();
+  norm_check_row(function, "gamma", gamma.rows(), gamma.cols(), cols);
+  norm_check_row(function, "beta", beta.rows(), beta.cols(), cols);
+  norm_check_shape(function, "y", y.rows(), y.cols(), rows, cols, "the shape of x");
+  if (rows * cols == 0) return;
+
+  const std::size_t block = std::min(rows, norm_block_rows<X>(cols));
+  std::vector<float> columns(6 * block + 1);
+  std::vector<double> sums(2 * block);
+  for (std::size_t r0 = 0; r0 < rows; r0 += block) {
+    const std::size_t n = std::min(block, rows - r0);
+    const auto column = [&](std::size_t k) { return norm_column(columns.data() + k * block, n); };
+    const layernorm_columns stats{column(0), column(1), column(2), column(3), column(4), column(5)};
+    const view<const X> xb = x.block(r0, 0, n, cols);
+    layernorm_statistics(xb, eps, stats, sums.data(), columns.data() + 6 * block);
+    norm_runs(stats.scale, [&](std::size_t a, std::size_t m, bool scaled) {
+      const auto to = vector::rounded(y.block(r0 + a, 0, m, cols), cast, (r0 + a) * cols, cols);
+      const auto rows_of = [&](view<float> c) { return view<const float>(c.block(a, 0, m, 1)); };
+      if (scaled) {
+        vector::map(
+            to,
+            [](auto, auto v, auto s, auto mean, auto low, auto rstd, auto g, auto b) {
+              return hn::MulAdd((hn::MulSub(v, s, mean) - low) * rstd, g, b);
+            },
+            xb.block(a, 0, m, cols), rows_of(stats.scale), rows_of(stats.shift), rows_of(stats.low),
+            rows_of(stats.rstd), gamma, beta);
+      } else {
+        vector::map(
+            to,
+            [](auto, auto v, auto mean, auto low, auto rstd, auto g, auto b) {
+              return hn::MulAdd(((v - mean) - low) * rstd, g, b);
+            },
+            xb.block(a, 0, m, cols), rows_of(stats.shift), rows_of(stats.low), rows_of(stats.rstd),
+            gamma, beta);
+      }
+    });
+  }
+}
+
+template <class DY, class X, class G, class DX, class DG, class DB>
+void layernorm_backward_views(view<const DY> dy, view<const X> x, view<const G> gamma, view<DX> dx,
+                              view<DG> dgamma, view<DB> dbeta, float eps,
+                              const cast_options& cast) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  constexpr const char* function = "tilekern::layernorm_backward";
+  const std::size_t rows = x.rows(), cols = x.cols();
+  norm_check_shape(function, "dy", dy.rows(), dy.cols(), rows, cols, "the shape of x");
+  norm_check_row(function, "gamma", gamma.rows(), gamma.cols(), cols);
+  norm_check_shape(function, "dx", dx.rows(), dx.cols(), rows, cols, "the shape of x");
+  norm_check_row(function, "dgamma", dgamma.rows(), dgamma.cols(), cols);
+  norm_check_row(function, "dbeta", dbeta.rows(), dbeta.cols(), cols);
+  if (cols == 0) return;
+
+  std::vector<float> dgamma_acc(cols, 0.0f), dbeta_acc(cols, 0.0f);
+  const std::size_t block = std::max<std::size_t>(1, std::min(rows, norm_block_rows<X>(cols)));
+  std::vector<float> columns(9 * block + 1);
+  std::vector<double> sums(2 * block);
+  const auto count = static_cast<double>(cols);
+  for (std::size_t r0 = 0; r0 < rows; r0 += block) {
+    const std::size_t n = std::min(block, rows - r0);
+    const auto column = [&](std::size_t k) { return norm_column(columns.data() + k * block, n); };
+    const layernorm_columns stats{column(0), column(1), column(2), column(3), column(4), column(5)};
+    const view<float> a = column(6), b = column(7), c = column(8);
+    const view<const X> xb = x.block(r0, 0, n, cols);
+    const view<const DY> dyb = dy.block(r0, 0, n, cols);
+    layernorm_statistics(xb, eps, stats, sums.data(), columns.data() + 9 * block);
+    const view<const float> scale(stats.scale), shift(stats.shift), low(stats.low),
+        rstd(stats.rstd);
+
+    // dgamma += sum over the block's rows of dy * xhat, dbeta += sum of dy (before dx is written).
+    vector::col_sum_of(
+        view<float>(dgamma_acc.data(), 1, cols),
+        [](auto, auto d, auto v, auto s, auto mean, auto lo, auto r) {
+          return d * ((hn::MulSub(v, s, mean) - lo) * r);
+        },
+        dyb, xb, scale, shift, low, rstd);
+    vector::col_sum_of(
+        view<float>(dbeta_acc.data(), 1, cols), [](auto, auto d) { return d; }, dyb);
+    // Row sums of g and of g * (x * scale - shift), so that sum_c g * xhat = rstd' * (the
+    // second - low * the first); then dx = a * g + b - (x * scale - shift) * c with a the true
+    // rstd, c = rstd' * a * mean_c(g * xhat) and b = -a * mean_c(g) + low * c.
+    double* const sum_g = sums.data();
+    double* const sum_g_deviation = sums.data() + n;
+    norm_row_sums(
+        sum_g, stats.partial, [](auto, auto d, auto g) { return d * g; }, dyb, gamma);
+    norm_row_sums(
+        sum_g_deviation, stats.partial,
+        [](auto, auto d, auto g, auto v, auto s, auto mean) {
+          return d * g * hn::MulSub(v, s, mean);
+        },
+        dyb, gamma, xb, scale, shift);
+    for (std::size_t r = 0; r < n; ++r) {
+      const double true_rstd = static_cast<double>(scale(r, 0)) * rstd(r, 0);
+      const double sum_g_xhat = rstd(r, 0) * (sum_g_deviation[r] - low(r, 0) * sum_g[r]);
+      const double c_r = rstd(r, 0) * true_rstd * (sum_g_xhat / count);
+      a(r, 0) = static_cast<float>(true_rstd);
+      b(r, 0) = static_cast<float>(-true_rstd * (sum_g[r] / count) + low(r, 0) * c_r);
+      c(r, 0) = static_cast<float>(c_r);
+    }
+    vector::map(
+        vector::rounded(dx.block(r0, 0, n, cols), norm_cast(cast, 0), r0 * cols, cols),
+        [](auto, auto d, auto v, auto g, auto s, auto mean, auto ra, auto rb, auto rc) {
+          return hn::NegMulAdd(hn::MulSub(v, s, mean), rc, hn::MulAdd(ra, d * g, rb));
+        },
+        dyb, xb, gamma, scale, shift, view<const float>(a), view<const float>(b),
+        view<const float>(c));
+  }
+  norm_store_row(dgamma, dgamma_acc, norm_cast(cast, 1));
+  norm_store_row(dbeta, dbeta_acc, norm_cast(cast, 2));
+}
+
+}  // namespace detail
+
+// y = (x - mean) / sqrt(var + eps) * gamma + beta, row by row (see the top of this header).
+//   x            rows x cols: a view<T> or view<const T>, a tile, or a contiguous range (one row)
+//   gamma, beta  cols elements each: contiguous ranges, or views of one row
+//   y            rows x cols, writable
+// Each holds float or a tilekern format; y is encoded with `cast` (rounding and overflow). Throws
+// shape_error naming the argument and both sizes, before touching any memory, if gamma or beta
+// does not have x's columns or y does not have x's shape.
+template <class X, class Gamma, class Beta, class Y>
+void layernorm(X&& x, Gamma&& gamma, Beta&& beta, Y&& y, float eps, const cast_options& cast = {}) {
+  detail::layernorm_views(detail::norm_input(std::forward<X>(x)),
+                          detail::norm_input(std::forward<Gamma>(gamma)),
+                          detail::norm_input(std::forward<Beta>(beta)),
+                          detail::norm_output(std::forward<Y>(y)), eps, cast);
+}
+
+// The gradients of layernorm(x, gamma, beta, eps) for the upstream gradient dy (see the top of
+// this header): dx (the shape of x, stream cast.stream), dgamma and dbeta (cols elements each,
+// overwritten, streams cast.stream + 1 and + 2). Throws shape_error naming the argument and both
+// sizes, before touching any memory, if dy or dx does not have x's shape or gamma, dgamma or dbeta
+// not x's columns.
+template <class DY, class X, class Gamma, class DX, class DGamma, class DBeta>
+void layernorm_backward(DY&& dy, X&& x, Gamma&& gamma, DX&& dx, DGamma&& dgamma, DBeta&& dbeta,
+                        float eps, const cast_options& cast = {}) {
+  detail::layernorm_backward_views(
+      detail::norm_input(std::forward<DY>(dy)), detail::norm_input(std::forward<X>(x)),
+      detail::norm_input(std::forward<Gamma>(gamma)), detail::norm_output(std::forward<DX>(dx)),
+      detail::norm_output(std::forward<DGamma>(dgamma)),
+      detail::norm_output(std::forward<DBeta>(dbeta)), eps, cast);
+}
+
+}  // namespace tilekern

@@ -1,0 +1,295 @@
+#pragma once
+// softmax over the last axis of a runtime-shaped tensor, optionally scaled and masked, in any
+// format; and its gradient.
+//
+//   s[r][c] = scale * x[r][c]   (+ mask[r][c], an additive mask)
+//   y[r][c] = exp(s[r][c] - m[r]) / sum_c exp(s[r][c] - m[r]),   m[r] = max_c s[r][c]
+//   dx[r][c] = scale * y[r][c] * (dy[r][c] - sum_c dy[r][c] y[r][c])   (softmax_backward)
+//
+// A boolean mask (a view of bool, true = keep) removes the elements it marks false, as if their
+// score were -inf, without using their x. An additive mask holds float or any format; -inf masks
+// out. Either is rows x cols, or 1 x cols broadcast to every row. The plain fp64 versions are
+// reference::softmax and reference::softmax_backward (reference/softmax.hpp), whose definitions
+// these kernels follow, special values included.
+//
+// Algorithm: one thread, blocks of rows (about 128 KiB of x and fp32 scratch per block, so that a
+// block stays in L2 between its passes), engine operations only:
+//   m = row max of the scores                    vector::row_max_of (or row_max of a scores block)
+//   e = exp(scale * x - m), sums = row sums of e  scalar::activation_sum, bias the column -m,
+//                                                 into y when y is float, else an fp32 scratch
+//                                                 block
+//   y = e * (1 / sum)                             vector::mul into rounded(y block)
+// With a mask the scores are first written into the scratch block (vector::map), then the same
+// three passes run over it. The backward is two passes: dot = row_sum_of(dy * y), then
+// dx = scale * y * (dy - dot) (vector::map).
+//
+// Numerics (fp32 inside). An fp32 result y32 (before y's rounding) has relative error at most
+//     (2 + |a| + 2 + k) u,   u = 2^-24, a = s - m the element's exponent,
+// against the exact softmax of the decoded inputs: 2 ulp for exp (simd/math.hpp: accuracy(exp)),
+// |a| u for rounding its argument a = scale * x - m (one FMA; the error of m itself cancels, as
+// every element of the row shares it), u each for the reciprocal and the product, and
+// k u <= (ceil(cols / 64) + 6) u for the fp32 sum of e (64 partial sums on every path, then
+// combined pairwise: engine/lanes.hpp). Measured (tests/kernels/softmax_test.cpp: normal inputs,
+// sigma 2, scale 0.7, rows of 1 to 4097, every mask), the error beyond the |a| term: at most 4.3
+// fp32 ulp on the 16-lane path, 4.7 on the 8-lane one, and 22.7 on the 1-lane scalar path, whose
+// sum runs in one lane (a 4097-element row); the test checks the bound above everywhere and 8 ulp
+// on the 8- and 16-lane paths. The argument term |a| u is the price of fp32 scores: an element 20
+// below its row's max (y about 2e-9 of the largest) may be 20 ulp off; the large elements, which
+// carry the row's mass, are within the few ulp above. For bf16 and fp16 outputs these errors are
+// far below half a code: each code is the correctly rounded fp64 result or, where that result lies
+// within the fp32 error of a rounding boundary, its neighbour (1 ulp).
+//
+// Special values (as reference/softmax.hpp defines them):
+//   - a row whose scores are all -inf (fully masked by either mask, or -inf inputs with scale > 0)
+//     gives zeros;
+//   - NaN in any score that is not masked out makes its row NaN, and only its row (a NaN x under a
+//     -inf additive mask is a NaN score; a boolean mask never uses a masked x);
+//   - a +inf score makes its row NaN (inf - inf), as do 0 * inf (scale 0, infinite x) and
+//     inf + -inf (an infinite x under a -inf additive mask);
+//   - huge inputs do not overflow: exp sees s - m <= 0, and the largest term is 1. The scores are
+//     fp32: scale * x (+ mask) must be below fp32's max (3.4e38), or the row is NaN, where the
+//     fp64 reference may still be finite;
+//   - scale may be negative or 0 (scale 0: a uniform row, 1 / cols everywhere).
+// The backward follows the arithmetic: NaN in a row of y or dy makes that row of dx NaN; a fully
+// masked row (y = 0) gives dx = 0 for finite dy.
+//
+// Rounding: y and dx are encoded with `cast` (nearest even by default; stochastic: element (r, c)
+// draws its bits with index r * cols + c, stream cast.stream, whatever the blocking or stride).
+// y may be x itself, and dx may be dy itself (the same memory and format); other overlaps are not
+// supported. Shapes that do not fit throw shape_error naming the kernel, the argument and both
+// sizes, before anything is written.
+
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "tilekern/engine/scalar.hpp"
+#include "tilekern/engine/vector.hpp"
+#include "tilekern/error.hpp"
+#include "tilekern/tile/view.hpp"
+#include "tilekern/types/rounding.hpp"
+
+namespace tilekern {
+
+struct softmax_options {
+  float scale = 1.0f;  // softmax of scale * x (+ mask)
+};
+
+namespace detail {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Throws shape_error unless `tensor` is rows x cols.
+inline void check_same_shape(const char* function, const char* argument, std::size_t rows,
+                             std::size_t cols, std::size_t expected_rows, std::size_t expected_cols,
+                             const char* what) {
+  if (rows != expected_rows || cols != expected_cols) {
+    throw shape_error(std::string(function) + ": " + argument + " is " + shape_text(rows, cols) +
+                      ", expected " + shape_text(expected_rows, expected_cols) + " (" + what + ")");
+  }
+}
+
+// Rows per block: about 128 KiB of x and fp32 scratch.
+template <class X>
+std::size_t softmax_block_rows(std::size_t rows, std::size_t cols) {
+  constexpr std::size_t block_bytes = std::size_t{128} << 10;
+  const std::size_t row_bytes = cols * (sizeof(X) + sizeof(float));
+  return std::clamp<std::size_t>(block_bytes / std::max<std::size_t>(row_bytes, 1), 1, rows);
+}
+
+// What softmax needs per block of rows, allocated once per call.
+struct softmax_scratch {
+  softmax_scratch(std::size_t block_rows, std::size_t cols, bool block)
+      : values(block ? block_rows * cols : 0), column(3 * block_rows) {}
+  std::vector<float> values;  // block_rows x cols: scores or exponentials
+  std::vector<float> column;  // the row maxima, minus them, the row sums: block_rows each
+};
+
+// A rows x 1 view of n floats.
+inline view<float> column_view(float* data, std::size_t n) {
+  return {data, n, 1, 1};
+}
+
+// The mask kinds.
+struct no_mask {};
+template <class M>
+constexpr bool is_boolean_mask = std::is_same_v<std::remove_const_t<M>, bool>;
+
+// softmax of x into y, block by block (see the top of this header). mask is a view<const M> of
+// rows x cols or 1 x cols, or no_mask.
+template <class X, class Mask, class Y>
+void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
+                   const cast_options& cast) {
+  const std::size_t rows = x.rows(), cols = x.cols();
+  constexpr bool masked = !std::is_same_v<Mask, no_mask>;
+  constexpr bool float_out = std::is_same_v<Y, float>;
+  const std::size_t block_rows = softmax_block_rows<X>(rows, cols);
+  // Scores with a mask, exponentials without one, unless they can go straight into y.
+  softmax_scratch scratch(block_rows, cols, !float_out);
+  constexpr float minus_infinity = -std::numeric_limits<float>::infinity();
+
+  for (std::size_t r0 = 0; r0 < rows; r0 += block_rows) {
+    const std::size_t n = std::min(block_rows, rows - r0);
+    const auto x_block = x.block(r0, 0, n, cols);
+    const auto y_block = y.block(r0, 0, n, cols);
+    const view<float> work = [&] {
+      if constexpr (float_out)
+        return y_block;
+      else
+        return view<float>(scratch.values.data(), n, cols);
+    }();
+    float* const maxes = scratch.column.data();
+    float* const bias = maxes + block_rows;
+    float* const sums = bias + block_rows;
+
+    // m = the row maxima of the scores; `scores` what exp reads, with its scale.
+    if constexpr (masked) {
+      const auto mask_block = mask.rows() == 1 ? mask : mask.block(r0, 0, n, cols);
+      if constexpr (is_boolean_mask<typename Mask::element_type>) {
+        vector::map(
+            work,
+            [](auto d, auto v, auto keep, auto s) {
+              return hn::IfThenElse(keep != hn::Zero(d), v * s, hn::Set(d, minus_infinity));
+            },
+            x_block, mask_block, scale);
+      } else {
+        vector::map(
+            work, [](auto, auto v, auto add, auto s) { return hn::MulAdd(v, s, add); }, x_block,
+            mask_block, scale);
+      }
+      vector::row_max(column_view(maxes, n), work);
+    } else {
+      vector::row_max_of(
+          column_view(maxes, n), [](auto, auto v, auto s) { return v * s; }, x_block, scale);
+    }
+    // A fully masked row (m = -inf) takes bias 0: its exponentials are exp(-inf) = 0, not NaN.
+    for (std::size_t r = 0; r < n; ++r) bias[r] = maxes[r] == minus_infinity ? 0.0f : -maxes[r];
+
+    // e = exp(score - m), and the row sums of e.
+    if constexpr (masked) {
+      scalar::activation_sum(work, column_view(sums, n), work, act::exp, 1.0f,
+                             column_view(bias, n));
+    } else {
+      scalar::activation_sum(work, column_view(sums, n), x_block, act::exp, scale,
+                             column_view(bias, n));
+    }
+
+    // y = e * (1 / sum); a fully masked row has sum 0 and gets factor 0.
+    for (std::size_t r = 0; r < n; ++r) {
+      sums[r] = maxes[r] == minus_infinity ? 0.0f : 1.0f / sums[r];
+    }
+    vector::mul(vector::rounded(y_block, cast, r0 * cols, cols), work, column_view(sums, n));
+  }
+}
+
+template <class Tensor>
+auto const_view(Tensor&& tensor) {
+  auto as_view = to_view(std::forward<Tensor>(tensor));
+  using element = std::remove_const_t<typename decltype(as_view)::element_type>;
+  return view<const element>(as_view);
+}
+
+template <class X, class Y>
+void check_softmax_types() {
+  static_assert(engine_element<X>,
+                "tilekern::softmax: x must hold float or a tilekern format (bf16, fp16, tf32, "
+                "fp8_*, any minifloat<...>)");
+  static_assert(engine_element<Y>,
+                "tilekern::softmax: y must hold float or a tilekern format (bf16, fp16, tf32, "
+                "fp8_*, any minifloat<...>)");
+  static_assert(!std::is_const_v<Y>,
+                "tilekern::softmax: y must be writable (not a view of const or a const range)");
+}
+
+}  // namespace detail
+
+// y = softmax(scale * x) row by row (see the top of this header). x: rows x cols, a view or a
+// contiguous range (one row); y: the same shape, writable; each float or any tilekern format.
+template <class X, class Y>
+void softmax(X&& x, Y&& y, const softmax_options& options = {}, const cast_options& cast = {}) {
+  constexpr const char* function = "tilekern::softmax";
+  const auto x_view = detail::const_view(std::forward<X>(x));
+  const auto y_view = detail::to_view(std::forward<Y>(y));
+  using x_type = std::remove_const_t<typename decltype(x_view)::element_type>;
+  using y_type = typename decltype(y_view)::element_type;
+  detail::check_softmax_types<x_type, y_type>();
+  detail::check_same_shape(function, "y", y_view.rows(), y_view.cols(), x_view.rows(),
+                           x_view.cols(), "the shape of x");
+  if (x_view.empty()) return;
+  detail::softmax_views(x_view, detail::no_mask{}, y_view, options.scale, cast);
+}
+
+// y = softmax(scale * x + mask) (mask of float or any format: additive, -inf masks out), or
+// softmax over the elements a bool mask keeps (0 elsewhere); mask is rows x cols or 1 x cols.
+template <class X, class Mask, class Y>
+void softmax(X&& x, Mask&& mask, Y&& y, const softmax_options& options = {},
+             const cast_options& cast = {}) {
+  constexpr const char* function = "tilekern::softmax";
+  const auto x_view = detail::const_view(std::forward<X>(x));
+  const auto mask_view = detail::const_view(std::forward<Mask>(mask));
+  const auto y_view = detail::to_view(std::forward<Y>(y));
+  using x_type = std::remove_const_t<typename decltype(x_view)::element_type>;
+  using mask_type = std::remove_const_t<typename decltype(mask_view)::element_type>;
+  using y_type = typename decltype(y_view)::element_type;
+  detail::check_softmax_types<x_type, y_type>();
+  static_assert(engine_element<mask_type> || std::is_same_v<mask_type, bool>,
+                "tilekern::softmax: mask must hold bool (true = keep) or float or a tilekern "
+                "format (additive)");
+  const std::size_t rows = x_view.rows(), cols = x_view.cols();
+  if (mask_view.cols() != cols || (mask_view.rows() != rows && mask_view.rows() != 1)) {
+    throw shape_error(std::string(function) + ": mask is " +
+                      detail::shape_text(mask_view.rows(), mask_view.cols()) + ", expected " +
+                      detail::shape_text(rows, cols) + " or 1x" + std::to_string(cols) +
+                      " (the shape of x, or one row broadcast)");
+  }
+  detail::check_same_shape(function, "y", y_view.rows(), y_view.cols(), rows, cols,
+                           "the shape of x");
+  if (x_view.empty()) return;
+  detail::softmax_views(x_view, mask_view, y_view, options.scale, cast);
+}
+
+// dx = scale * y * (dy - sum_c(dy * y)), row by row, from the forward's output y; dy and dx have
+// y's shape.
+template <class DY, class Y, class DX>
+void softmax_backward(DY&& dy, Y&& y, DX&& dx, const softmax_options& options = {},
+                      const cast_options& cast = {}) {
+  constexpr const char* function = "tilekern::softmax_backward";
+  const auto dy_view = detail::const_view(std::forward<DY>(dy));
+  const auto y_view = detail::const_view(std::forward<Y>(y));
+  const auto dx_view = detail::to_view(std::forward<DX>(dx));
+  using dy_type = std::remove_const_t<typename decltype(dy_view)::element_type>;
+  using y_type = std::remove_const_t<typename decltype(y_view)::element_type>;
+  using dx_type = typename decltype(dx_view)::element_type;
+  static_assert(engine_element<dy_type> && engine_element<y_type> && engine_element<dx_type>,
+                "tilekern::softmax_backward: dy, y and dx must hold float or a tilekern format "
+                "(bf16, fp16, tf32, fp8_*, any minifloat<...>)");
+  static_assert(!std::is_const_v<dx_type>,
+                "tilekern::softmax_backward: dx must be writable (not a view of const)");
+  const std::size_t rows = y_view.rows(), cols = y_view.cols();
+  detail::check_same_shape(function, "dy", dy_view.rows(), dy_view.cols(), rows, cols,
+                           "the shape of y");
+  detail::check_same_shape(function, "dx", dx_view.rows(), dx_view.cols(), rows, cols,
+                           "the shape of y");
+  if (y_view.empty()) return;
+
+  const std::size_t block_rows = detail::softmax_block_rows<y_type>(rows, cols);
+  std::vector<float> dots(block_rows);
+  for (std::size_t r0 = 0; r0 < rows; r0 += block_rows) {
+    const std::size_t n = std::min(block_rows, rows - r0);
+    const auto dy_block = dy_view.block(r0, 0, n, cols);
+    const auto y_block = y_view.block(r0, 0, n, cols);
+    const auto dot = detail::column_view(dots.data(), n);
+    vector::row_sum_of(
+        dot, [](auto, auto g, auto p) { return g * p; }, dy_block, y_block);
+    vector::map(
+        vector::rounded(dx_view.block(r0, 0, n, cols), cast, r0 * cols, cols),
+        [](auto, auto g, auto p, auto d, auto s) { return s * p * (g - d); }, dy_block, y_block,
+        dot, options.scale);
+  }
+}
+
+}  // namespace tilekern

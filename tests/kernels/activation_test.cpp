@@ -1,0 +1,197 @@
+// kernels/activation.hpp against reference::activation (fp64), for every act, on the active ISA
+// path (CTest runs this binary once per TILEKERN_ISA cap), outputs in guarded buffers:
+// - float in, float out: about 70000 inputs per function (a dense grid over [-30, 30] and
+//   log-spaced magnitudes from 1e-38 to 3e38 of both signs), those in the function's stated range
+//   (accuracy(f) in simd/math.hpp): within accuracy(f).max_ulp fp32 ulp of the fp64 value (ulp as
+//   simd/math.hpp defines it: 2^-149 below 2^-126); NaN where the reference is NaN; inf where it
+//   is inf (also outside the range).
+// - every format F in and out, every code of F as input (tf32: every third code), nearest even
+//   and stochastic (seed 7): for inputs in the stated range whose fp64 result r is within F's
+//   range, with d = max_ulp fp32 ulp of r (the fp32 result lies in [r - d, r + d]):
+//     nearest even: the code is F::from(r - d) or F::from(r + d). These are F::from(r) or, where a
+//       rounding boundary of F lies within d of r, the codes on either side of it; so the code is
+//       the correctly rounded result or its neighbour across a boundary the function's own error
+//       can cross (within 1 code always), and exactly F::from(r) where no boundary is that close;
+//     stochastic: between the largest value of F <= r - d and the smallest >= r + d (one of the
+//       two codes bracketing the fp32 result); the same seed gives the same bytes.
+//   NaN where the reference is NaN.
+// - a strided 2-D view and a mixed-format call (bf16 in, float out), y = x in place, and the
+//   shape error.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "support/formats.hpp"
+#include "support/guarded.hpp"
+#include "tilekern/kernels/activation.hpp"
+#include "tilekern/reference/activation.hpp"
+#include "tilekern/simd/math.hpp"
+#include "tilekern/types/formats.hpp"
+
+namespace tilekern {
+namespace {
+
+constexpr double inf = std::numeric_limits<double>::infinity();
+
+// simd/math.hpp's ulp of an exact result y.
+double ulp32(double y) {
+  const double a = std::abs(y);
+  if (a < 0x1p-126) return 0x1p-149;
+  return std::ldexp(1.0, std::ilogb(a) - 23);
+}
+
+bool in_range(act f, double x) {
+  const act_accuracy a = accuracy(f);
+  return x >= a.lo && x <= a.hi;
+}
+
+std::vector<float> float_inputs() {
+  std::vector<float> x;
+  for (int i = -30000; i <= 30000; ++i) x.push_back(static_cast<float>(i * 1e-3));
+  for (int i = 0; i <= 4000; ++i) {
+    const auto magnitude = static_cast<float>(std::pow(10.0, -38.0 + i * (76.4 / 4000)));
+    x.push_back(magnitude);
+    x.push_back(-magnitude);
+  }
+  x.push_back(0.0f);
+  x.push_back(-0.0f);
+  x.push_back(std::numeric_limits<float>::infinity());
+  x.push_back(-std::numeric_limits<float>::infinity());
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  return x;
+}
+
+TEST_CASE("activation kernel, float: within accuracy(f) of the fp64 reference") {
+  const std::vector<float> inputs = float_inputs();
+  test::guarded_buffer<float> x(inputs.size()), y(inputs.size());
+  std::copy(inputs.begin(), inputs.end(), x.data());
+  for (act f : all_acts) {
+    CAPTURE(name(f));
+    activation(x.cspan(), y.span(), f);
+    double worst = 0;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const double ref = reference::activation(f, inputs[i]);
+      INFO("x ", inputs[i], ": y ", y[i], ", reference ", ref);
+      if (std::isnan(ref)) {
+        CHECK(std::isnan(y[i]));
+      } else if (std::abs(ref) > std::numeric_limits<float>::max()) {
+        // Beyond fp32: inf, or max where the exact value rounds down to it.
+        CHECK(std::abs(static_cast<double>(y[i])) >= std::numeric_limits<float>::max());
+      } else if (in_range(f, inputs[i])) {
+        const double error = std::abs(y[i] - ref) / ulp32(ref);
+        worst = std::max(worst, error);
+        CHECK(error <= accuracy(f).max_ulp);
+      }
+    }
+    MESSAGE(name(f), ": largest error ", worst, " ulp (stated ", accuracy(f).max_ulp, ")");
+  }
+}
+
+template <class F>
+std::vector<double> grid_of() {
+  std::vector<double> all;
+  for (std::uint32_t code = 0; code < (1u << F::code_bits); ++code) {
+    const F v = F::from_code(code);
+    if (!v.is_nan() && !v.is_inf()) all.push_back(v.to_double());
+  }
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  return all;
+}
+
+template <class F>
+void check_format() {
+  const std::size_t step = F::code_bits > 16 ? 3 : 1;
+  std::vector<F> inputs;
+  for (std::uint32_t code = 0; code < (1u << F::code_bits); code += step)
+    inputs.push_back(F::from_code(code));
+  const std::size_t n = inputs.size();
+  test::guarded_buffer<F> x(n), y(n), again(n);
+  std::copy(inputs.begin(), inputs.end(), x.data());
+  const std::vector<double> grid = grid_of<F>();
+  const double max = std::numeric_limits<F>::max().to_double();
+  for (act f : all_acts) {
+    for (rounding mode : {rounding::nearest_even, rounding::stochastic}) {
+      const cast_options cast{.round = mode, .seed = 7};
+      CAPTURE(format_name<F>());
+      CAPTURE(name(f));
+      CAPTURE(mode == rounding::nearest_even ? "nearest" : "stochastic");
+      activation(x.cspan(), y.span(), f, cast);
+      std::size_t checked = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const double xi = inputs[i].to_double();
+        const double ref = reference::activation(f, xi);
+        INFO("x ", xi, " (code ", inputs[i].code(), "): y ", y[i].to_double(), " (code ",
+             y[i].code(), "), reference ", ref);
+        if (std::isnan(ref)) {
+          CHECK(y[i].is_nan());
+          continue;
+        }
+        if (!in_range(f, xi) || std::abs(ref) > max) continue;
+        const double d = accuracy(f).max_ulp * ulp32(ref);
+        const double v = y[i].to_double();
+        if (mode == rounding::nearest_even) {
+          const F lo = F::from(ref - d), hi = F::from(ref + d);
+          CHECK((y[i].bits() == lo.bits() || y[i].bits() == hi.bits()));
+        } else {
+          const auto above_lo = std::upper_bound(grid.begin(), grid.end(), ref - d);
+          const double down = above_lo == grid.begin() ? -inf : *(above_lo - 1);
+          const auto at_hi = std::lower_bound(grid.begin(), grid.end(), ref + d);
+          const double up = at_hi == grid.end() ? inf : *at_hi;
+          CHECK((v >= down && v <= up));
+        }
+        ++checked;
+      }
+      CHECK(checked > n / 4);
+      if (mode == rounding::stochastic) {
+        activation(x.cspan(), again.span(), f, cast);
+        CHECK(std::equal(y.data(), y.data() + n, again.data(),
+                         [](F a, F b) { return a.bits() == b.bits(); }));
+      }
+    }
+  }
+}
+
+TEST_CASE("activation kernel, every format: the correctly rounded result or its neighbour") {
+  tilekern::test::for_each_test_format([]<class F>() { check_format<F>(); });
+}
+
+TEST_CASE("activation kernel: strided views, mixed formats, in place, shape errors") {
+  constexpr std::size_t rows = 5, cols = 33, stride = 40;
+  test::guarded_buffer<bf16> x((rows - 1) * stride + cols);
+  test::guarded_buffer<float> y((rows - 1) * stride + cols);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = bf16::from(static_cast<double>(i % 97) * 0.1 - 4.0);
+  activation(view<const bf16>(x.data(), rows, cols, stride),
+             view<float>(y.data(), rows, cols, stride), act::silu);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t c = 0; c < cols; ++c) {
+      const double xi = x[r * stride + c].to_double();
+      const double ref = reference::activation(act::silu, xi);
+      CHECK(std::abs(y[r * stride + c] - ref) <= accuracy(act::silu).max_ulp * ulp32(ref));
+    }
+    for (std::size_t c = cols; c < stride && r + 1 < rows; ++c) CHECK(y[r * stride + c] == 0.0f);
+  }
+  // In place: the same codes as into another buffer.
+  test::guarded_buffer<bf16> out(x.size());
+  activation(x.cspan(), out.span(), act::gelu_tanh);
+  activation(x.cspan(), x.span(), act::gelu_tanh);
+  for (std::size_t i = 0; i < x.size(); ++i) CHECK(x[i].bits() == out[i].bits());
+
+  std::vector<float> in(12, 1.0f), result(12, 7.0f);
+  CHECK_THROWS_WITH_AS(
+      activation(view<const float>(in.data(), 3, 4), view<float>(result.data(), 1, 4), act::relu),
+      "tilekern::activation: y is 1x4, expected 3x4 (the shape of x)", shape_error);
+  CHECK(std::all_of(result.begin(), result.end(), [](float v) { return v == 7.0f; }));
+}
+
+}  // namespace
+}  // namespace tilekern

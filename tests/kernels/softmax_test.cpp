@@ -1,0 +1,525 @@
+// kernels/softmax.hpp against reference/softmax.hpp (fp64), on the active ISA path (CTest runs this
+// binary once per TILEKERN_ISA cap):
+// - forward, for float and every format in and out, rows of 1, 7, 31, 767, 769 and 4097 (3 rows,
+//   and a strided view), no mask, a bool mask and an additive mask (rows x cols and one broadcast
+//   row), scale 0.7, nearest even and stochastic rounding, outputs in guarded buffers. Bounds:
+//     float y: relative error <= (4 + |a| + k) u (the bound at the top of softmax.hpp: a the
+//       element's exponent s - m from the reference, k = ceil(cols / lanes) + log2(lanes)); the
+//       largest error in ulp beyond |a| is reported, and must be within 8 ulp on the 8- and 16-lane
+//       paths for rows up to 4097;
+//     format y, nearest even: between F::from(reference - bound) and F::from(reference + bound)
+//       (F::from is monotonic), and within 1 code of F::from(reference), the bar;
+//     format y, stochastic: a value of F between the largest one <= (reference - bound) and the
+//       smallest one >= (reference + bound): one of the two neighbours of the fp32 result; the
+//       same seed gives the same bytes, another seed different ones.
+// - mixed formats (bf16 in, float out; float in, bf16 out; fp16 mask).
+// - special cases: fully masked rows give zeros (bool, additive, and -inf inputs); NaN in a row
+//   gives NaN in that row only; +inf makes its row NaN; huge (1e30) and tiny (1e-30) inputs;
+//   negative scale and scale 0; y = x in place.
+// - backward against reference::softmax_backward, every format, with a bound from the fp32
+//   arithmetic (see backward_for_format).
+// - shape errors naming the kernel, the argument and both sizes, with sentinels proving nothing
+//   was written.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "support/formats.hpp"
+#include "support/guarded.hpp"
+#include "tilekern/kernels/softmax.hpp"
+#include "tilekern/reference/softmax.hpp"
+#include "tilekern/simd/isa.hpp"
+#include "tilekern/types/formats.hpp"
+
+namespace tilekern {
+namespace {
+
+constexpr double u = 0x1p-24;
+constexpr double inf = std::numeric_limits<double>::infinity();
+constexpr std::size_t lengths[] = {1, 7, 31, 767, 769, 4097};
+
+template <class T>
+double decode(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return v.to_double();
+  }
+}
+
+template <class T>
+T encode(double v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return static_cast<float>(v);
+  } else {
+    return T::from(v, {.on_overflow = overflow::saturate});
+  }
+}
+
+template <class T>
+std::string name_of() {
+  if constexpr (std::is_same_v<T, float>) {
+    return "float";
+  } else {
+    return format_name<T>();
+  }
+}
+
+// The partial sums of the engine's row reductions, on every path (engine/lanes.hpp,
+// reduce_slots): they play the part of lanes in the error bound.
+std::size_t lanes() {
+  return 64;
+}
+
+// The finite values of T, sorted (float: not listed; see bracket).
+template <class T>
+const std::vector<double>& grid() {
+  static const std::vector<double> values = [] {
+    std::vector<double> all;
+    for (std::uint32_t code = 0; code < (1u << T::code_bits); ++code) {
+      const T v = T::from_code(code);
+      if (!v.is_nan() && !v.is_inf()) all.push_back(v.to_double());
+    }
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    return all;
+  }();
+  return values;
+}
+
+// The largest value of T <= lo and the smallest >= hi (-inf and inf beyond the finite range).
+template <class T>
+std::pair<double, double> bracket(double lo, double hi) {
+  if constexpr (std::is_same_v<T, float>) {
+    auto down = static_cast<float>(lo);
+    if (down > lo) down = std::nextafter(down, -std::numeric_limits<float>::infinity());
+    auto up = static_cast<float>(hi);
+    if (up < hi) up = std::nextafter(up, std::numeric_limits<float>::infinity());
+    return {down, up};
+  } else {
+    const auto& g = grid<T>();
+    const auto above_lo = std::upper_bound(g.begin(), g.end(), lo);
+    const double down = above_lo == g.begin() ? -inf : *(above_lo - 1);
+    const auto at_hi = std::lower_bound(g.begin(), g.end(), hi);
+    const double up = at_hi == g.end() ? inf : *at_hi;
+    return {down, up};
+  }
+}
+
+// rows x cols of T in a guarded buffer, with a row stride.
+template <class T>
+struct tensor {
+  tensor(std::size_t rows, std::size_t cols, std::size_t stride)
+      : buffer(rows == 0 ? 0 : (rows - 1) * stride + cols),
+        rows(rows),
+        cols(cols),
+        stride(stride) {}
+  test::guarded_buffer<T> buffer;
+  std::size_t rows, cols, stride;
+  view<T> v() { return {buffer.data(), rows, cols, stride}; }
+  view<const T> cv() { return {buffer.data(), rows, cols, stride}; }
+  T& at(std::size_t r, std::size_t c) { return buffer[r * stride + c]; }
+  // The decoded values, rows x cols contiguous.
+  std::vector<double> values() {
+    std::vector<double> out(rows * cols);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < cols; ++c) out[r * cols + c] = decode(at(r, c));
+    return out;
+  }
+};
+
+template <class T>
+void fill_normal(tensor<T>& t, std::mt19937_64& generator, double sigma) {
+  std::normal_distribution<double> distribution(0.0, sigma);
+  for (std::size_t r = 0; r < t.rows; ++r)
+    for (std::size_t c = 0; c < t.cols; ++c) t.at(r, c) = encode<T>(distribution(generator));
+}
+
+enum class mask_kind { none, keep, keep_row, additive, additive_row };
+
+const char* mask_name(mask_kind kind) {
+  switch (kind) {
+    case mask_kind::none:
+      return "none";
+    case mask_kind::keep:
+      return "bool";
+    case mask_kind::keep_row:
+      return "bool row";
+    case mask_kind::additive:
+      return "additive";
+    case mask_kind::additive_row:
+      return "additive row";
+  }
+  return "";
+}
+
+struct worst {
+  double beyond_exponent = 0;  // max over float outputs of (ulp error - |a|)
+};
+worst& float_worst() {
+  static worst w;
+  return w;
+}
+
+// Checks y (decoded) against the fp64 reference ref, with the element exponents a = s - m.
+template <class Y>
+void check_forward(const std::vector<double>& y, const std::vector<double>& ref,
+                   const std::vector<double>& exponent, std::size_t cols, rounding mode,
+                   const std::string& what) {
+  const auto l = static_cast<double>(lanes());
+  const double k = std::ceil(static_cast<double>(cols) / l) + std::log2(l);
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    INFO(what, " element ", i, " (row ", i / cols, "): y ", y[i], ", reference ", ref[i]);
+    if (std::isnan(ref[i])) {
+      CHECK(std::isnan(y[i]));
+      continue;
+    }
+    const double a = std::isfinite(exponent[i]) ? std::abs(exponent[i]) : 0.0;
+    const double bound = (4 + a + k) * u * ref[i];
+    if constexpr (std::is_same_v<Y, float>) {
+      const double error = std::abs(y[i] - ref[i]);
+      CHECK(error <= bound);
+      if (ref[i] >= 0x1p-126) {
+        const double ulp = std::ldexp(1.0, std::ilogb(ref[i]) - 23);
+        float_worst().beyond_exponent = std::max(float_worst().beyond_exponent, error / ulp - a);
+      }
+    } else {
+      const auto [down, up] = bracket<Y>(ref[i] - bound, ref[i] + bound);
+      if (mode == rounding::nearest_even) {
+        // F::from is monotonic: the code of the fp32 result lies between these two.
+        const double lo = decode(Y::from(ref[i] - bound)), hi = decode(Y::from(ref[i] + bound));
+        CHECK((y[i] >= lo && y[i] <= hi));
+        // The bar: within 1 code of the correctly rounded result.
+        const double nearest = decode(Y::from(ref[i]));
+        const auto [below, above] =
+            bracket<Y>(std::nextafter(nearest, -inf), std::nextafter(nearest, inf));
+        CHECK((y[i] >= below && y[i] <= above));
+      } else {
+        CHECK((y[i] >= down && y[i] <= up));
+      }
+    }
+  }
+}
+
+// The reference of softmax(scale * x (+ mask)), and each element's exponent s - m.
+struct reference_result {
+  std::vector<double> y, exponent;
+};
+reference_result reference_softmax(const std::vector<double>& x, std::size_t rows, std::size_t cols,
+                                   double scale, mask_kind kind,
+                                   const std::vector<double>& additive,
+                                   const std::vector<bool>& keep, std::size_t mask_rows) {
+  reference_result result{std::vector<double>(rows * cols), std::vector<double>(rows * cols)};
+  const view<const double> xv(x.data(), rows, cols);
+  const view<double> yv(result.y.data(), rows, cols);
+  std::vector<double> scores(rows * cols);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::size_t mr = mask_rows == 1 ? 0 : r;
+    for (std::size_t c = 0; c < cols; ++c) {
+      double s = scale * x[r * cols + c];
+      if (kind == mask_kind::additive || kind == mask_kind::additive_row)
+        s += additive[mr * cols + c];
+      if ((kind == mask_kind::keep || kind == mask_kind::keep_row) && !keep[mr * cols + c])
+        s = -inf;
+      scores[r * cols + c] = s;
+    }
+  }
+  if (kind == mask_kind::none) {
+    reference::softmax(xv, scale, yv);
+  } else if (kind == mask_kind::additive || kind == mask_kind::additive_row) {
+    reference::softmax(xv, scale, view<const double>(additive.data(), mask_rows, cols), yv);
+  } else {
+    std::vector<char> keep_bytes(keep.begin(), keep.end());
+    const view<const bool> kv(reinterpret_cast<const bool*>(keep_bytes.data()), mask_rows, cols);
+    reference::softmax(xv, scale, kv, yv);
+  }
+  for (std::size_t r = 0; r < rows; ++r) {
+    double m = -inf;
+    for (std::size_t c = 0; c < cols; ++c) m = std::max(m, scores[r * cols + c]);
+    for (std::size_t c = 0; c < cols; ++c) result.exponent[r * cols + c] = scores[r * cols + c] - m;
+  }
+  return result;
+}
+
+// One forward case: X in, Y out, mask of M (additive) or bool.
+template <class X, class Y, class M = X>
+void forward_case(std::size_t rows, std::size_t cols, std::size_t stride, mask_kind kind,
+                  float scale, rounding mode, std::uint64_t seed) {
+  const std::string what = name_of<X>() + " -> " + name_of<Y>() + ", " + std::to_string(rows) +
+                           "x" + std::to_string(cols) + " stride " + std::to_string(stride) +
+                           ", mask " + mask_name(kind) + ", " +
+                           (mode == rounding::nearest_even ? "nearest" : "stochastic");
+  CAPTURE(what);
+  std::mt19937_64 generator(seed);
+  tensor<X> x(rows, cols, stride);
+  fill_normal(x, generator, 2.0);
+  const std::size_t mask_rows =
+      (kind == mask_kind::keep_row || kind == mask_kind::additive_row) ? 1 : rows;
+  tensor<M> additive(mask_rows, cols, cols);
+  test::guarded_buffer<bool> keep(mask_rows * cols);
+  std::vector<bool> keep_values(mask_rows * cols);
+  std::bernoulli_distribution kept(0.8);
+  std::normal_distribution<double> normal;
+  for (std::size_t i = 0; i < mask_rows * cols; ++i) {
+    keep_values[i] = kept(generator);
+    keep[i] = keep_values[i];
+    additive.buffer[i] = keep_values[i] ? encode<M>(normal(generator)) : encode<M>(-inf);
+  }
+  const std::vector<double> additive_values = additive.values();
+  const auto ref = reference_softmax(x.values(), rows, cols, scale, kind, additive_values,
+                                     keep_values, mask_rows);
+
+  const auto run = [&](std::uint64_t cast_seed) {
+    tensor<Y> y(rows, cols, stride);
+    const cast_options cast{.round = mode, .seed = cast_seed};
+    const softmax_options options{.scale = scale};
+    if (kind == mask_kind::none) {
+      softmax(x.cv(), y.v(), options, cast);
+    } else if (kind == mask_kind::additive || kind == mask_kind::additive_row) {
+      softmax(x.cv(), additive.cv(), y.v(), options, cast);
+    } else {
+      softmax(x.cv(), view<const bool>(keep.data(), mask_rows, cols), y.v(), options, cast);
+    }
+    return y.values();
+  };
+  const std::vector<double> y = run(seed);
+  check_forward<Y>(y, ref.y, ref.exponent, cols, mode, what);
+  if constexpr (!std::is_same_v<Y, float>) {
+    if (mode == rounding::stochastic) {
+      CHECK(run(seed) == y);  // reproducible
+      if (rows * cols >= 100) CHECK(run(seed + 1) != y);
+    }
+  }
+}
+
+template <class T>
+void forward_for_format() {
+  std::uint64_t seed = 1;
+  for (std::size_t cols : lengths) {
+    for (mask_kind kind : {mask_kind::none, mask_kind::keep, mask_kind::keep_row,
+                           mask_kind::additive, mask_kind::additive_row}) {
+      for (rounding mode : {rounding::nearest_even, rounding::stochastic}) {
+        if (std::is_same_v<T, float> && mode == rounding::stochastic) continue;
+        // Strided (a gap of 5 after each row) for the no-mask and additive cases.
+        const std::size_t stride =
+            kind == mask_kind::none || kind == mask_kind::additive ? cols + 5 : cols;
+        forward_case<T, T>(3, cols, stride, kind, 0.7f, mode, seed++);
+      }
+    }
+  }
+}
+
+TEST_CASE("softmax forward against the fp64 reference, every format, odd rows, masks") {
+  MESSAGE("isa: ", describe_isa());
+  forward_for_format<float>();
+  tilekern::test::for_each_test_format([]<class F>() { forward_for_format<F>(); });
+  MESSAGE("float outputs: largest error beyond |a| ulp: ", float_worst().beyond_exponent, " ulp");
+  if (lanes() > 1) CHECK(float_worst().beyond_exponent <= 8.0);
+}
+
+TEST_CASE("softmax forward, mixed formats and scales") {
+  for (std::size_t cols : {std::size_t{7}, std::size_t{769}}) {
+    forward_case<bf16, float>(4, cols, cols, mask_kind::none, 1.0f, rounding::nearest_even, 11);
+    forward_case<float, bf16>(4, cols, cols + 1, mask_kind::keep, -1.3f, rounding::stochastic, 12);
+    forward_case<fp16, fp8_e4m3, fp16>(4, cols, cols, mask_kind::additive_row, 0.125f,
+                                       rounding::nearest_even, 13);
+    forward_case<float, float, bf16>(4, cols, cols, mask_kind::additive, 2.0f,
+                                     rounding::nearest_even, 14);
+    forward_case<bf16, bf16>(2, cols, cols, mask_kind::none, -0.5f, rounding::nearest_even, 15);
+  }
+}
+
+TEST_CASE("softmax special cases") {
+  constexpr std::size_t rows = 4, cols = 37;
+  std::mt19937_64 generator(5);
+  tensor<float> x(rows, cols, cols);
+  fill_normal(x, generator, 1.0);
+  tensor<float> y(rows, cols, cols);
+
+  SUBCASE("fully masked rows give zeros, the other rows are unchanged") {
+    tensor<float> additive(rows, cols, cols);
+    test::guarded_buffer<bool> keep(rows * cols);
+    for (std::size_t i = 0; i < rows * cols; ++i) {
+      const bool row1 = i / cols == 1;
+      additive.buffer[i] = row1 ? -std::numeric_limits<float>::infinity() : 0.0f;
+      keep[i] = !row1;
+    }
+    tensor<float> expected(rows, cols, cols);
+    softmax(x.cv(), expected.v());
+    for (int variant = 0; variant < 2; ++variant) {
+      if (variant == 0) softmax(x.cv(), additive.cv(), y.v());
+      if (variant == 1) softmax(x.cv(), view<const bool>(keep.data(), rows, cols), y.v());
+      for (std::size_t c = 0; c < cols; ++c) {
+        CHECK(y.at(1, c) == 0.0f);
+        CHECK(y.at(0, c) == expected.at(0, c));
+        CHECK(y.at(3, c) == expected.at(3, c));
+      }
+    }
+    // -inf inputs without a mask (scale > 0), and with a negative scale +inf inputs.
+    for (std::size_t c = 0; c < cols; ++c) x.at(2, c) = -std::numeric_limits<float>::infinity();
+    softmax(x.cv(), y.v());
+    for (std::size_t c = 0; c < cols; ++c) CHECK(y.at(2, c) == 0.0f);
+    for (std::size_t c = 0; c < cols; ++c) x.at(2, c) = std::numeric_limits<float>::infinity();
+    softmax(x.cv(), y.v(), {.scale = -2.0f});
+    for (std::size_t c = 0; c < cols; ++c) CHECK(y.at(2, c) == 0.0f);
+  }
+  SUBCASE("NaN makes its row NaN, and only its row; so does +inf") {
+    tensor<bf16> out(rows, cols, cols);
+    x.at(1, 5) = std::numeric_limits<float>::quiet_NaN();
+    x.at(3, 36) = std::numeric_limits<float>::infinity();
+    softmax(x.cv(), out.v());
+    for (std::size_t c = 0; c < cols; ++c) {
+      CHECK(out.at(1, c).is_nan());
+      CHECK(out.at(3, c).is_nan());
+      CHECK(!out.at(0, c).is_nan());
+      CHECK(!out.at(2, c).is_nan());
+    }
+    // A NaN under a -inf additive mask is a NaN score; under a false bool mask it is not read.
+    tensor<float> additive(1, cols, cols);
+    test::guarded_buffer<bool> keep(cols);
+    for (std::size_t c = 0; c < cols; ++c) keep[c] = c != 5 && c != 36;
+    additive.at(0, 5) = -std::numeric_limits<float>::infinity();
+    softmax(x.cv(), additive.cv(), y.v());
+    CHECK(std::isnan(y.at(1, 0)));
+    softmax(x.cv(), view<const bool>(keep.data(), 1, cols), y.v());
+    for (std::size_t c = 0; c < cols; ++c) {
+      CHECK(!std::isnan(y.at(1, c)));
+      CHECK(!std::isnan(y.at(3, c)));
+    }
+    CHECK(y.at(1, 5) == 0.0f);
+  }
+  SUBCASE("huge and tiny inputs") {
+    const std::vector<double> normal = x.values();
+    for (double magnitude : {1e30, 1e37, 1e-30}) {
+      for (std::size_t i = 0; i < rows * cols; ++i)
+        x.buffer[i] = static_cast<float>(normal[i] * magnitude);
+      const std::vector<double> xs = x.values();
+      std::vector<double> ref(rows * cols);
+      reference::softmax(view<const double>(xs.data(), rows, cols), 1.0,
+                         view<double>(ref.data(), rows, cols));
+      softmax(x.cv(), y.v());
+      for (std::size_t i = 0; i < rows * cols; ++i) {
+        INFO("magnitude ", magnitude, " element ", i, ": y ", y.buffer[i], ", reference ", ref[i]);
+        // Huge rows: every exponent is 0 (the max) or below -1e29 (exactly 0 in fp64 and fp32);
+        // tiny rows: every exponent is within 1e-29 of 0, so y is 1 / cols to a few ulp.
+        CHECK(std::abs(y.buffer[i] - ref[i]) <= 8 * u * ref[i]);
+      }
+    }
+  }
+  SUBCASE("scale 0 gives a uniform row; in place") {
+    softmax(x.cv(), y.v(), {.scale = 0.0f});
+    for (std::size_t i = 0; i < rows * cols; ++i)
+      CHECK(std::abs(y.buffer[i] - 1.0 / cols) <= 4 * u / cols);
+    tensor<bf16> z(rows, cols, cols);
+    for (std::size_t i = 0; i < rows * cols; ++i) z.buffer[i] = bf16::from(x.buffer[i]);
+    tensor<bf16> expected(rows, cols, cols);
+    softmax(z.cv(), expected.v(), {.scale = 0.7f});
+    softmax(z.cv(), z.v(), {.scale = 0.7f});
+    for (std::size_t i = 0; i < rows * cols; ++i)
+      CHECK(z.buffer[i].bits() == expected.buffer[i].bits());
+  }
+}
+
+// dx against reference::softmax_backward on the decoded y and dy. fp32 bound per element:
+// |scale| y ((|dy| + |dot|) 4u + (k + 2) u sum|dy y|), k = ceil(cols / lanes) + log2(lanes) (the
+// dot's fp32 sum), then dx's format: a value of DX between the neighbours of that interval.
+template <class T>
+void backward_for_format() {
+  std::uint64_t seed = 100;
+  for (std::size_t cols : lengths) {
+    for (rounding mode : {rounding::nearest_even, rounding::stochastic}) {
+      if (std::is_same_v<T, float> && mode == rounding::stochastic) continue;
+      constexpr std::size_t rows = 3;
+      const std::size_t stride = cols + 2;
+      std::mt19937_64 generator(seed++);
+      tensor<T> x(rows, cols, cols), y(rows, cols, stride), dy(rows, cols, stride);
+      fill_normal(x, generator, 2.0);
+      fill_normal(dy, generator, 1.0);
+      std::vector<double> xs = x.values(), probabilities(rows * cols);
+      reference::softmax(view<const double>(xs.data(), rows, cols), 0.7,
+                         view<double>(probabilities.data(), rows, cols));
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < cols; ++c) y.at(r, c) = encode<T>(probabilities[r * cols + c]);
+      const std::vector<double> ys = y.values(), dys = dy.values();
+      std::vector<double> ref(rows * cols);
+      reference::softmax_backward(view<const double>(dys.data(), rows, cols),
+                                  view<const double>(ys.data(), rows, cols), 0.7,
+                                  view<double>(ref.data(), rows, cols));
+      tensor<T> dx(rows, cols, stride);
+      softmax_backward(dy.cv(), y.cv(), dx.v(), {.scale = 0.7f}, {.round = mode, .seed = 9});
+      const std::vector<double> dxs = dx.values();
+      const auto l = static_cast<double>(lanes());
+      const double k = std::ceil(static_cast<double>(cols) / l) + std::log2(l);
+      for (std::size_t r = 0; r < rows; ++r) {
+        double dot = 0, magnitude = 0;
+        for (std::size_t c = 0; c < cols; ++c) {
+          dot += dys[r * cols + c] * ys[r * cols + c];
+          magnitude += std::abs(dys[r * cols + c] * ys[r * cols + c]);
+        }
+        for (std::size_t c = 0; c < cols; ++c) {
+          const std::size_t i = r * cols + c;
+          const double bound =
+              0.7 * ys[i] * ((std::abs(dys[i]) + std::abs(dot)) * 4 * u + (k + 2) * u * magnitude);
+          const auto [down, up] = bracket<T>(ref[i] - bound, ref[i] + bound);
+          INFO(name_of<T>(), " ", rows, "x", cols, " element ", i, ": dx ", dxs[i], ", reference ",
+               ref[i], ", bound ", bound);
+          CHECK((dxs[i] >= down && dxs[i] <= up));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("softmax backward against the fp64 reference, every format") {
+  backward_for_format<float>();
+  tilekern::test::for_each_test_format([]<class F>() { backward_for_format<F>(); });
+}
+
+TEST_CASE("softmax shape errors name the argument and both sizes, and write nothing") {
+  std::vector<float> x(12, 1.0f), mask(12, 0.0f), y(12, 7.0f);
+  const view<const float> x34(x.data(), 3, 4);
+  const auto unchanged = [&] {
+    return std::all_of(y.begin(), y.end(), [](float v) { return v == 7.0f; });
+  };
+  CHECK_THROWS_WITH_AS(softmax(x34, view<float>(y.data(), 4, 3)),
+                       "tilekern::softmax: y is 4x3, expected 3x4 (the shape of x)", shape_error);
+  CHECK(unchanged());
+  CHECK_THROWS_WITH_AS(
+      softmax(x34, view<const float>(mask.data(), 3, 3), view<float>(y.data(), 3, 4)),
+      "tilekern::softmax: mask is 3x3, expected 3x4 or 1x4 (the shape of x, or one row broadcast)",
+      shape_error);
+  CHECK_THROWS_WITH_AS(
+      softmax(x34, view<const float>(mask.data(), 2, 4), view<float>(y.data(), 3, 4)),
+      "tilekern::softmax: mask is 2x4, expected 3x4 or 1x4 (the shape of x, or one row broadcast)",
+      shape_error);
+  CHECK(unchanged());
+  bool keep[12] = {};
+  CHECK_THROWS_WITH_AS(
+      softmax(x34, view<const bool>(keep, 4, 1), view<float>(y.data(), 3, 4)),
+      "tilekern::softmax: mask is 4x1, expected 3x4 or 1x4 (the shape of x, or one row broadcast)",
+      shape_error);
+  CHECK_THROWS_WITH_AS(softmax(x34, view<const bool>(keep, 3, 4), view<float>(y.data(), 3, 3)),
+                       "tilekern::softmax: y is 3x3, expected 3x4 (the shape of x)", shape_error);
+  CHECK(unchanged());
+  CHECK_THROWS_WITH_AS(
+      softmax_backward(view<const float>(x.data(), 2, 4), x34, view<float>(y.data(), 3, 4)),
+      "tilekern::softmax_backward: dy is 2x4, expected 3x4 (the shape of y)", shape_error);
+  CHECK_THROWS_WITH_AS(softmax_backward(x34, x34, view<float>(y.data(), 3, 2)),
+                       "tilekern::softmax_backward: dx is 3x2, expected 3x4 (the shape of y)",
+                       shape_error);
+  CHECK(unchanged());
+}
+
+}  // namespace
+}  // namespace tilekern
