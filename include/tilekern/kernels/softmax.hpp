@@ -30,14 +30,13 @@
 // every element of the row shares it), u each for the reciprocal and the product, and
 // k u <= (ceil(cols / 64) + 6) u for the fp32 sum of e (64 partial sums on every path, then
 // combined pairwise: engine/lanes.hpp). Measured (tests/kernels/softmax_test.cpp: normal inputs,
-// sigma 2, scale 0.7, rows of 1 to 4097, every mask), the error beyond the |a| term: at most 4.3
-// fp32 ulp on the 16-lane path, 4.7 on the 8-lane one, and 22.7 on the 1-lane scalar path, whose
-// sum runs in one lane (a 4097-element row); the test checks the bound above everywhere and 8 ulp
-// on the 8- and 16-lane paths. The argument term |a| u is the price of fp32 scores: an element 20
-// below its row's max (y about 2e-9 of the largest) may be 20 ulp off; the large elements, which
-// carry the row's mass, are within the few ulp above. For bf16 and fp16 outputs these errors are
-// far below half a code: each code is the correctly rounded fp64 result or, where that result lies
-// within the fp32 error of a rounding boundary, its neighbour (1 ulp).
+// sigma 2, scale 0.7, rows of 1 to 4097, every mask), the error beyond the |a| term: at most 3.8
+// fp32 ulp, on every path; the test checks the bound above and 8 ulp. The argument term |a| u is
+// the price of fp32 scores: an element 20 below its row's max (y about 2e-9 of the largest) may be
+// 20 ulp off; the large elements, which carry the row's mass, are within the few ulp above. For
+// bf16 and fp16 outputs these errors are far below half a code: each code is the correctly rounded
+// fp64 result or, where that result lies within the fp32 error of a rounding boundary, its
+// neighbour (1 ulp).
 //
 // Special values (as reference/softmax.hpp defines them):
 //   - a row whose scores are all -inf (fully masked by either mask, or -inf inputs with scale > 0)
