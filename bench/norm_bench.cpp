@@ -32,16 +32,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <ctime>
 #include <functional>
 #include <memory>
-#include <random>
-#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "support/baselines.hpp"
+#include "support/tensors.hpp"
+#include "support/timing.hpp"
 #include "tilekern/kernels/layernorm.hpp"
 #include "tilekern/kernels/rmsnorm.hpp"
 #include "tilekern/reference/layernorm.hpp"
@@ -52,76 +51,11 @@
 namespace tilekern {
 namespace {
 
-template <class T>
-std::vector<T> normal_tensor(std::size_t n, unsigned seed, float mean = 0, float sigma = 1) {
-  std::mt19937 generator(seed);
-  std::normal_distribution<float> distribution(mean, sigma);
-  std::vector<float> values(n);
-  for (float& v : values) v = distribution(generator);
-  if constexpr (std::is_same_v<T, float>) {
-    return values;
-  } else {
-    std::vector<T> result(n);
-    convert(std::span<const float>(values), std::span<T>(result));
-    return result;
-  }
-}
-
-template <class T>
-double decode(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return v.to_double();
-  }
-}
-
-template <class T>
-std::vector<double> decoded(const std::vector<T>& values) {
-  std::vector<double> result(values.size());
-  for (std::size_t i = 0; i < values.size(); ++i) result[i] = decode(values[i]);
-  return result;
-}
-
-template <class T>
-std::string name_of() {
-  if constexpr (std::is_same_v<T, float>) {
-    return "float";
-  } else {
-    return format_name<T>();
-  }
-}
-
-double seconds_of(const std::function<void()>& work) {
-  timespec start{}, stop{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &start);
-  work();
-  benchmark::ClobberMemory();
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &stop);
-  return static_cast<double>(stop.tv_sec - start.tv_sec) +
-         static_cast<double>(stop.tv_nsec - start.tv_nsec) * 1e-9;
-}
-
-// Times `kernel` (the benchmark's time), and each of `others` back to back in every iteration, in
-// alternating order; returns the total seconds of each other over the kernel's.
-std::vector<double> time_against(benchmark::State& state, const std::function<void()>& kernel,
-                                 const std::vector<std::function<void()>>& others,
-                                 double& kernel_seconds) {
-  std::vector<double> totals(others.size(), 0.0);
-  kernel_seconds = 0;
-  bool kernel_first = true;
-  for (auto _ : state) {
-    double seconds = 0;
-    if (kernel_first) seconds = seconds_of(kernel);
-    for (std::size_t k = 0; k < others.size(); ++k) totals[k] += seconds_of(others[k]);
-    if (!kernel_first) seconds = seconds_of(kernel);
-    kernel_seconds += seconds;
-    state.SetIterationTime(seconds);
-    kernel_first = !kernel_first;
-  }
-  for (double& total : totals) total /= kernel_seconds;
-  return totals;
-}
+using bench::decode;
+using bench::decoded;
+using bench::name_of;
+using bench::normal_tensor;
+using bench::time_against;
 
 // The largest |y - want| / max(|want|, 1).
 template <class T>

@@ -22,15 +22,14 @@
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
-#include <ctime>
 #include <functional>
-#include <random>
-#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "support/baselines.hpp"
+#include "support/tensors.hpp"
+#include "support/timing.hpp"
 #include "tilekern/kernels/softmax.hpp"
 #include "tilekern/simd/convert.hpp"
 #include "tilekern/types/formats.hpp"
@@ -38,60 +37,9 @@
 namespace tilekern {
 namespace {
 
-template <class T>
-std::vector<T> normal_tensor(std::size_t n, unsigned seed) {
-  std::mt19937 generator(seed);
-  std::normal_distribution<float> distribution;
-  std::vector<float> values(n);
-  for (float& v : values) v = distribution(generator);
-  if constexpr (std::is_same_v<T, float>) {
-    return values;
-  } else {
-    std::vector<T> result(n);
-    convert(std::span<const float>(values), std::span<T>(result));
-    return result;
-  }
-}
-
-template <class T>
-std::string name_of() {
-  if constexpr (std::is_same_v<T, float>) {
-    return "float";
-  } else {
-    return format_name<T>();
-  }
-}
-
-double seconds_of(const std::function<void()>& work) {
-  timespec start{}, stop{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &start);
-  work();
-  benchmark::ClobberMemory();
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &stop);
-  return static_cast<double>(stop.tv_sec - start.tv_sec) +
-         static_cast<double>(stop.tv_nsec - start.tv_nsec) * 1e-9;
-}
-
-// Times `kernel` (the benchmark's time), and each of `others` back to back in every iteration, in
-// alternating order; returns the total seconds of each other over the kernel's.
-std::vector<double> time_against(benchmark::State& state, const std::function<void()>& kernel,
-                                 const std::vector<std::function<void()>>& others,
-                                 double& kernel_seconds) {
-  std::vector<double> totals(others.size(), 0.0);
-  kernel_seconds = 0;
-  bool kernel_first = true;
-  for (auto _ : state) {
-    double seconds = 0;
-    if (kernel_first) seconds = seconds_of(kernel);
-    for (std::size_t k = 0; k < others.size(); ++k) totals[k] += seconds_of(others[k]);
-    if (!kernel_first) seconds = seconds_of(kernel);
-    kernel_seconds += seconds;
-    state.SetIterationTime(seconds);
-    kernel_first = !kernel_first;
-  }
-  for (double& total : totals) total /= kernel_seconds;
-  return totals;
-}
+using bench::name_of;
+using bench::normal_tensor;
+using bench::time_against;
 
 template <class T>
 void forward(benchmark::State& state, std::size_t rows, std::size_t cols) {

@@ -1,9 +1,10 @@
 #pragma once
-// What the layernorm, rmsnorm and softmax benchmarks time tilekern's kernels against, back to back
-// in every iteration (as gpsimd_bench.cpp does with memcpy): a memcpy of the same bytes, and the
-// same operator through oneDNN when the build found it (TILEKERN_HAVE_ONEDNN, set by
-// bench/CMakeLists.txt). Every baseline runs on the calling thread only, so that each ratio is one
-// thread against one thread.
+// What the benchmarks time tilekern's kernels against, back to back in every iteration (as
+// gpsimd_bench.cpp does with memcpy): a memcpy of the same bytes; the same operator through oneDNN
+// when the build found it (TILEKERN_HAVE_ONEDNN, set by bench/CMakeLists.txt): layer
+// normalisation, softmax, matmul; and OpenBLAS's sgemm when the build found OpenBLAS
+// (TILEKERN_HAVE_OPENBLAS). Every baseline runs on the calling thread only, so that each ratio is
+// one thread against one thread.
 //
 // oneDNN on one thread: Debian 12's libdnnl (2.6) is built with DNNL_CPU_RUNTIME = OMP (it links
 // libgomp), and oneDNN then takes its thread count from omp_get_max_threads() of the calling
@@ -16,6 +17,13 @@
 // threadpool builds would need their own limit). The benchmark must use the same OpenMP runtime
 // as libdnnl (GCC's libgomp: build with GCC; clang's -fopenmp links LLVM's libomp).
 //
+// OpenBLAS on one thread: openblas_set_num_threads(1) (Debian's libopenblas0-pthread runs its own
+// pthreads pool, not OpenMP), set when an openblas_sgemm is made. OpenBLAS has no pre-packed
+// interface: each cblas_sgemm call packs its operands itself. Debian 12's OpenBLAS 0.3.21
+// declares cblas_sbgemm (bf16 x bf16 -> fp32) in cblas.h but is built without BUILD_BFLOAT16, so
+// the library does not export it; bench/CMakeLists.txt checks by linking
+// (TILEKERN_HAVE_OPENBLAS_SBGEMM) and openblas_description() says which.
+//
 // rmsnorm: oneDNN 2.6 has no RMS normalisation (its layer normalisation always subtracts the
 // mean; later oneDNN versions add an rms_norm flag), so rmsnorm benchmarks compare with memcpy
 // only.
@@ -24,6 +32,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <string>
 #include <unordered_map>
 #include <utility>
 
@@ -39,6 +48,10 @@
 #error \
     "this oneDNN uses a CPU runtime other than OpenMP or sequential: limit it to one thread in support/baselines.hpp before comparing with it"
 #endif
+#endif
+
+#if TILEKERN_HAVE_OPENBLAS
+#include <cblas.h>
 #endif
 
 namespace tilekern::bench {
@@ -170,6 +183,112 @@ class onednn_softmax : public detail::bound_primitive {
   }
 };
 
+// oneDNN 2.6 matmul: dst (m x n, f32) = src (m x k) weights (k x n), src and weights in `type`,
+// all row-major in the caller's memory, which must outlive this object. The weights are reordered
+// here, once, into the layout the implementation prefers (weights descriptor format_tag::any),
+// into memory this object owns; run() multiplies. The shapes are fixed when it is made, as
+// oneDNN likes best.
+class onednn_matmul : public detail::bound_primitive {
+ public:
+  onednn_matmul(dnnl_type type, std::size_t m, std::size_t k, std::size_t n, const void* src,
+                const void* weights, float* dst) {
+    const detail::single_thread one;
+    const dnnl::memory::desc src_desc = detail::matrix_desc(type, m, k);
+    const dnnl::memory::desc user_weights = detail::matrix_desc(type, k, n);
+    const dnnl::memory::desc any_weights(
+        {static_cast<dnnl::memory::dim>(k), static_cast<dnnl::memory::dim>(n)},
+        detail::data_type_of(type), dnnl::memory::format_tag::any);
+    const dnnl::memory::desc dst_desc = detail::matrix_desc(dnnl_type::f32, m, n);
+    const dnnl::matmul::desc operation(src_desc, any_weights, dst_desc);
+    const dnnl::matmul::primitive_desc descriptor(operation, user_scratchpad(), engine_);
+    implementation_ = descriptor.impl_info_str();
+    packed_ = dnnl::memory(descriptor.weights_desc(), engine_);
+    dnnl::memory user(user_weights, engine_, const_cast<void*>(weights));
+    dnnl::reorder(user, packed_).execute(stream_, user, packed_);
+    stream_.wait();
+    bind(descriptor, {{DNNL_ARG_SRC, dnnl::memory(src_desc, engine_, const_cast<void*>(src))},
+                      {DNNL_ARG_WEIGHTS, packed_},
+                      {DNNL_ARG_DST, dnnl::memory(dst_desc, engine_, dst)}});
+  }
+
+  // The implementation oneDNN chose, e.g. "brg:avx512_core_bf16".
+  const std::string& implementation() const { return implementation_; }
+
+ private:
+  dnnl::memory packed_;
+  std::string implementation_;
+};
+
 #endif  // TILEKERN_HAVE_ONEDNN
+
+#if TILEKERN_HAVE_OPENBLAS
+
+// OpenBLAS's cblas_sgemm on one thread: c (m x n) = a (m x k) b (k x n), row-major fp32, in the
+// caller's memory, which must outlive this object.
+class openblas_sgemm {
+ public:
+  openblas_sgemm(std::size_t m, std::size_t k, std::size_t n, const float* a, const float* b,
+                 float* c)
+      : m_(static_cast<blasint>(m)),
+        k_(static_cast<blasint>(k)),
+        n_(static_cast<blasint>(n)),
+        a_(a),
+        b_(b),
+        c_(c) {
+    openblas_set_num_threads(1);
+  }
+  void run() const {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m_, n_, k_, 1.0f, a_, k_, b_, n_, 0.0f,
+                c_, n_);
+  }
+
+ private:
+  blasint m_, k_, n_;
+  const float* a_;
+  const float* b_;
+  float* c_;
+};
+
+#if TILEKERN_HAVE_OPENBLAS_SBGEMM
+// OpenBLAS's cblas_sbgemm on one thread: c (m x n, fp32) = a (m x k) b (k x n), a and b bf16
+// codes (16-bit), row-major, in the caller's memory, which must outlive this object.
+class openblas_sbgemm {
+ public:
+  openblas_sbgemm(std::size_t m, std::size_t k, std::size_t n, const void* a, const void* b,
+                  float* c)
+      : m_(static_cast<blasint>(m)),
+        k_(static_cast<blasint>(k)),
+        n_(static_cast<blasint>(n)),
+        a_(static_cast<const bfloat16*>(a)),
+        b_(static_cast<const bfloat16*>(b)),
+        c_(c) {
+    openblas_set_num_threads(1);
+  }
+  void run() const {
+    cblas_sbgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m_, n_, k_, 1.0f, a_, k_, b_, n_, 0.0f,
+                 c_, n_);
+  }
+
+ private:
+  blasint m_, k_, n_;
+  const bfloat16* a_;
+  const bfloat16* b_;
+  float* c_;
+};
+#endif
+
+// What the benchmark's context says about OpenBLAS: its build and kernels, and whether it has
+// sbgemm.
+inline std::string openblas_description() {
+  return std::string(openblas_get_config()) + ", kernels " + openblas_get_corename() +
+#if TILEKERN_HAVE_OPENBLAS_SBGEMM
+         "; cblas_sgemm on fp32 copies, and cblas_sbgemm on bf16 copies";
+#else
+         "; cblas_sgemm on fp32 copies; cblas_sbgemm unavailable (declared in cblas.h, not "
+         "exported by this library)";
+#endif
+}
+
+#endif  // TILEKERN_HAVE_OPENBLAS
 
 }  // namespace tilekern::bench

@@ -273,6 +273,39 @@ TEST_CASE("convert: every path decodes every code as defined") {
   });
 }
 
+// widen (fp8 to bf16 codes): every code of every one-byte format that is exact in bf16, against
+// the decoded value's fp32 bits cut to their top half (exact: the low half must be zero), in a
+// guarded output.
+TEST_CASE("convert: widen gives every fp8 code's exact bf16 code") {
+  std::size_t formats = 0;
+  for_each_tested_format([&]<class F>() {
+    if constexpr (sizeof(typename F::storage_type) == 1 && exact_in_bf16<F>) {
+      ++formats;
+      std::vector<F> codes;
+      for (std::uint32_t bits = 0; bits < 256; ++bits) {
+        codes.push_back(F::from_bits(static_cast<typename F::storage_type>(bits)));
+      }
+      guarded_buffer<bf16> out(codes.size());
+      widen(std::span<const F>(codes), out.span());
+      for (std::size_t i = 0; i < codes.size(); ++i) {
+        const auto bits = std::bit_cast<std::uint32_t>(codes[i].to_float());
+        INFO(format_name<F>(), " code ", i);
+        if (std::isnan(codes[i].to_float())) {
+          CHECK(out.span()[i].is_nan());
+          CHECK((out.span()[i].bits() >> 15) == (bits >> 31));  // the sign is kept
+        } else {
+          REQUIRE((bits & 0xffffu) == 0);
+          CHECK(out.span()[i].bits() == (bits >> 16));
+        }
+      }
+    }
+  });
+  CHECK(formats >= 4);  // e4m3, e4m3fn, e5m2, e3m4 and the small unnamed ones
+  std::vector<fp8_e4m3> two(2);
+  std::vector<bf16> three(3);
+  CHECK_THROWS_AS(widen(std::span<const fp8_e4m3>(two), std::span<bf16>(three)), shape_error);
+}
+
 TEST_CASE("convert: lengths that are not multiples of the vector stay within both spans") {
   const auto pool = random_inputs<fp8_e4m3>(2500, 3);
   for_each_tested_format([&]<class F>() {

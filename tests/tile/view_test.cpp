@@ -1,5 +1,6 @@
 // tile/view.hpp: strided views over memory the caller owns; contiguous ranges as one-row views;
-// view<T> as view<const T>; stride < cols rejected with a shape_error naming both sizes.
+// view<T> as view<const T>; stride < cols rejected with a shape_error naming both sizes;
+// transposed views (transposed(view), transposed(tile)).
 
 #include <doctest/doctest.h>
 
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "support/guarded.hpp"
+#include "tilekern/tile/tile.hpp"
 #include "tilekern/tile/view.hpp"
 #include "tilekern/types/minifloat.hpp"
 
@@ -139,6 +141,108 @@ TEST_CASE("view: stride less than the row length is a shape_error") {
   CHECK_THROWS_WITH_AS(view<bf16>(nullptr, 3, 9, 0), doctest::Contains("stride 0"), shape_error);
   CHECK_NOTHROW(view<float>(x.data(), 2, 5, 5));
   CHECK_NOTHROW(view<float>(x.data(), 2, 0, 0));
+}
+
+// Transposed views: of T converts to of const T, never the reverse; transposed() of a view gives
+// a transposed view, of a transposed view the view again; element access follows constness.
+static_assert(std::is_convertible_v<transposed_view<float>, transposed_view<const float>>);
+static_assert(!std::is_convertible_v<transposed_view<const float>, transposed_view<float>>);
+static_assert(!std::is_constructible_v<transposed_view<float>, transposed_view<const float>>);
+static_assert(!std::is_convertible_v<view<float>, transposed_view<float>>);  // explicit
+static_assert(std::is_same_v<transposed_view<const bf16>::element_type, const bf16>);
+static_assert(
+    std::is_same_v<decltype(transposed(std::declval<view<fp16>>())), transposed_view<fp16>>);
+static_assert(std::is_same_v<decltype(transposed(std::declval<transposed_view<const float>>())),
+                             view<const float>>);
+static_assert(
+    std::is_same_v<decltype(std::declval<transposed_view<const float>>()(0, 0)), const float&>);
+static_assert(std::is_same_v<decltype(std::declval<transposed_view<float>>()(0, 0)), float&>);
+static_assert(
+    std::is_same_v<decltype(transposed(std::declval<tile<bf16, 2, 3>&>())), transposed_view<bf16>>);
+static_assert(std::is_same_v<decltype(transposed(std::declval<const tile<bf16, 2, 3>&>())),
+                             transposed_view<const bf16>>);
+
+TEST_CASE("transposed_view: rows and columns swap; element (r, c) is (c, r) of the view") {
+  // A 3 x 4 view with stride 6, the last element right before a guard page.
+  test::guarded_buffer<float> buffer(2 * 6 + 4);
+  for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<float>(i);
+  const view<float> v(buffer.data(), 3, 4, 6);
+  const transposed_view<float> t = transposed(v);
+  CHECK(t.rows() == 4);
+  CHECK(t.cols() == 3);
+  CHECK(t.size() == 12);
+  CHECK_FALSE(t.empty());
+  CHECK(t.stored().data() == v.data());
+  CHECK(t.stored().stride() == 6);
+  for (std::size_t r = 0; r < 4; ++r) {
+    for (std::size_t c = 0; c < 3; ++c) {
+      CHECK(&t(r, c) == &v(c, r));
+      CHECK(t(r, c) == static_cast<float>(c * 6 + r));
+    }
+  }
+  t(3, 2) = -1.0f;  // writes through: v(2, 3), the last element of the buffer
+  CHECK(buffer[15] == -1.0f);
+
+  // transposed(transposed(v)) is v: the same memory, shape and stride.
+  const view<float> back = transposed(t);
+  CHECK(back.data() == v.data());
+  CHECK(back.rows() == v.rows());
+  CHECK(back.cols() == v.cols());
+  CHECK(back.stride() == v.stride());
+
+  // As a transposed view of const: the same elements.
+  const transposed_view<const float> ct = t;
+  CHECK(ct.rows() == 4);
+  CHECK(ct.cols() == 3);
+  CHECK(&ct(1, 2) == &v(2, 1));
+  CHECK(ct.stored().stride() == 6);
+  const transposed_view<const float> from_const = transposed(view<const float>(v));
+  CHECK(&from_const(0, 1) == &v(1, 0));
+}
+
+TEST_CASE("transposed_view: of a range (one row) is one column; default and empty ones") {
+  std::vector<bf16> x(5);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = bf16::from(static_cast<double>(i));
+  const auto column = transposed(view(x));
+  CHECK(column.rows() == 5);
+  CHECK(column.cols() == 1);
+  for (std::size_t r = 0; r < 5; ++r) CHECK(&column(r, 0) == &x[r]);
+
+  const transposed_view<float> none;
+  CHECK(none.rows() == 0);
+  CHECK(none.cols() == 0);
+  CHECK(none.empty());
+  CHECK(none.stored().data() == nullptr);
+
+  std::vector<float> y(8);
+  const auto wide = transposed(view<float>(y.data(), 0, 8, 8));
+  CHECK(wide.rows() == 8);
+  CHECK(wide.cols() == 0);
+  CHECK(wide.empty());
+}
+
+TEST_CASE("transposed_view: of a tile, as a view of its storage") {
+  tile<fp16, 2, 3> t;
+  for (std::size_t r = 0; r < 2; ++r)
+    for (std::size_t c = 0; c < 3; ++c) t(r, c) = fp16::from(static_cast<double>(10 * r + c));
+  const transposed_view<fp16> tt = transposed(t);
+  CHECK(tt.rows() == 3);
+  CHECK(tt.cols() == 2);
+  CHECK(tt.stored().data() == t.data());
+  CHECK(tt.stored().stride() == 3);
+  for (std::size_t r = 0; r < 3; ++r)
+    for (std::size_t c = 0; c < 2; ++c) CHECK(&tt(r, c) == &t(c, r));
+  tt(2, 1) = fp16::from(-1.0);
+  CHECK(t(1, 2).bits() == fp16::from(-1.0).bits());
+
+  const tile<fp16, 2, 3>& ct = t;
+  const transposed_view<const fp16> ctt = transposed(ct);
+  CHECK(ctt.rows() == 3);
+  CHECK(&ctt(0, 1) == &t(1, 0));
+  const view<const fp16> back = transposed(ctt);
+  CHECK(back.data() == t.data());
+  CHECK(back.rows() == 2);
+  CHECK(back.cols() == 3);
 }
 
 }  // namespace

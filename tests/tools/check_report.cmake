@@ -1,5 +1,6 @@
 # tilekern-report --quick prints the machine line, the memcpy line, a conversion row for every
-# format in FORMATS and every rounding mode, the custom operator rows and the normalization rows.
+# format in FORMATS and every rounding mode, the custom operator rows, the normalization rows and
+# the matmul rows.
 #   cmake -DPROGRAM=... "-DFORMATS=bf16;fp16;..." -P check_report.cmake
 execute_process(COMMAND ${PROGRAM} --quick RESULT_VARIABLE status OUTPUT_VARIABLE output
                 ERROR_VARIABLE errors)
@@ -29,6 +30,20 @@ foreach(kernel layernorm rmsnorm softmax "activation gelu_tanh" "activation silu
   foreach(cast "bf16 +nearest" "bf16 +stochastic" "float +-")
     list(APPEND expected "\n${kernel} +${cast} +[0-9.]+ +[-+0-9.einf]+ +[-+0-9.einf]+\n")
   endforeach()
+endforeach()
+# the matmul table: each operand pair (C float), C bf16 in both rounding modes, the auto-cast
+# policies; then path, GFLOPS and the three error columns
+list(APPEND expected "\nmatmul \\(tensor engine\\)\n")
+set(matmul_numbers " +[a-z0-9]+ [a-z0-9 ]+ +[0-9.]+ +[-+0-9.einf]+ +[-+0-9.einf]+ +[-+0-9.einf]+\n")
+foreach(operands "bf16 x bf16" "bf16 x fp8_e4m3" "bf16 x fp8_e5m2" "bf16 x fp8_e3m4" "fp16 x fp16"
+                 "tf32 x tf32" "float x float")
+  list(APPEND expected "\n${operands} +none +float +-${matmul_numbers}")
+endforeach()
+foreach(rounding nearest stochastic)
+  list(APPEND expected "\nbf16 x bf16 +none +bf16 +${rounding}${matmul_numbers}")
+endforeach()
+foreach(policy "matmult bf16" "all bf16")
+  list(APPEND expected "\nfloat x float +${policy} +float +-${matmul_numbers}")
 endforeach()
 foreach(pattern IN LISTS expected)
   if(NOT output MATCHES "${pattern}")

@@ -13,6 +13,7 @@ table memory_section(const settings& options);
 table conversion_section(const settings& options);
 table gpsimd_section(const settings& options);
 table normalization_section(const settings& options);
+table matmul_section(const settings& options);
 
 struct section {
   std::string_view name;
@@ -20,10 +21,11 @@ struct section {
 };
 
 inline constexpr section sections[] = {
-    {"memory", memory_section},
-    {"conversion", conversion_section},
-    {"gpsimd", gpsimd_section},
-    {"normalization", normalization_section},
+    {"memory", memory_section},                // memcpy, for scale
+    {"conversion", conversion_section},        // every format and rounding mode
+    {"gpsimd", gpsimd_section},                // custom operators
+    {"normalization", normalization_section},  // vector and scalar engine kernels
+    {"matmul", matmul_section},                // the tensor engine
 };
 
 }  // namespace tilekern::report

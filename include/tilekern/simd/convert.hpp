@@ -12,6 +12,8 @@
 // to nearest even where the compiler targets it. A path missing from the build (compiled_isa())
 // is never chosen.
 
+#include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -80,6 +82,39 @@ void convert(std::span<const F> from, std::span<float> to) {
   }
 #endif
   detail::decode_scalar(from.data(), to.data(), from.size());
+}
+
+// F -> bf16, exact, for one-byte formats whose values are all bf16 values (every fp8 format), by
+// a table of the bf16 codes of the 128 magnitudes, the sign copied across. Throws shape_error if
+// the spans differ in size.
+namespace detail {
+
+template <minifloat_format F>
+requires(exact_in_bf16<F> &&
+         sizeof(typename F::storage_type) == 1) const std::array<std::uint16_t, 128>& bf16_table() {
+  static const std::array<std::uint16_t, 128> table = [] {
+    std::array<std::uint16_t, 128> codes{};
+    for (std::uint32_t i = 0; i < 128; ++i) {
+      const float x = F::from_bits(static_cast<typename F::storage_type>(i)).to_float();
+      codes[i] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(x) >> 16);
+    }
+    return codes;
+  }();
+  return table;
+}
+
+}  // namespace detail
+
+template <minifloat_format F>
+requires(exact_in_bf16<F> && sizeof(typename F::storage_type) ==
+                                 1) void widen(std::span<const F> from, std::span<bf16> to) {
+  detail::check_size("tilekern::widen", "to", to.size(), from.size());
+  const auto& table = detail::bf16_table<F>();
+  const auto* codes = reinterpret_cast<const std::uint8_t*>(from.data());
+  auto* out = reinterpret_cast<std::uint16_t*>(to.data());
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    out[i] = static_cast<std::uint16_t>(table[codes[i] & 0x7fu] | (codes[i] & 0x80u) << 8);
+  }
 }
 
 }  // namespace tilekern

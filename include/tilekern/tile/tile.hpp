@@ -32,6 +32,16 @@ struct tile {
   tilekern::view<const T> view() const { return {values, Rows, Cols}; }
 };
 
+// The transpose of a tile, as a view of its storage (tile/view.hpp).
+template <class T, std::size_t Rows, std::size_t Cols>
+transposed_view<T> transposed(tile<T, Rows, Cols>& of) {
+  return transposed(of.view());
+}
+template <class T, std::size_t Rows, std::size_t Cols>
+transposed_view<const T> transposed(const tile<T, Rows, Cols>& of) {
+  return transposed(of.view());
+}
+
 // A row vector and a column vector are tiles of one row and of one column.
 template <class T, std::size_t N>
 using row_vector = tile<T, 1, N>;

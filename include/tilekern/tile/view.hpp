@@ -75,4 +75,39 @@ class view {
 template <class Range>
 view(Range&& range) -> view<typename decltype(std::span(range))::element_type>;
 
+// The transpose of a view, without moving memory: element (r, c) is element (c, r) of the view
+// it was made from (`stored()`). matmul takes it for op(A) = A^T and op(B) = B^T.
+template <class T>
+class transposed_view {
+ public:
+  using element_type = T;
+
+  transposed_view() = default;
+  explicit transposed_view(view<T> stored) : stored_(stored) {}
+  // A transposed view of T is a transposed view of const T.
+  template <class U>
+  requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
+      transposed_view(const transposed_view<U>& other)  // NOLINT(google-explicit-constructor)
+      : stored_(other.stored()) {}
+
+  std::size_t rows() const { return stored_.cols(); }
+  std::size_t cols() const { return stored_.rows(); }
+  std::size_t size() const { return stored_.size(); }
+  bool empty() const { return stored_.empty(); }
+  view<T> stored() const { return stored_; }
+  T& operator()(std::size_t r, std::size_t c) const { return stored_(c, r); }
+
+ private:
+  view<T> stored_;
+};
+
+template <class T>
+transposed_view<T> transposed(view<T> stored) {
+  return transposed_view<T>(stored);
+}
+template <class T>
+view<T> transposed(transposed_view<T> of) {
+  return of.stored();
+}
+
 }  // namespace tilekern

@@ -295,6 +295,18 @@ inline constexpr bool is_minifloat_v<minifloat<E, M, B, S>> = true;
 template <class T>
 concept minifloat_format = is_minifloat_v<T>;
 
+// Whether every value of T is a normal bf16 value (so that bf16 arithmetic, which reads subnormals
+// as zero on x86, keeps it): every fp8 format; bf16 itself is here too, its subnormals aside.
+template <class T>
+inline constexpr bool exact_in_bf16 = [] {
+  if constexpr (minifloat_format<T>) {
+    return std::is_same_v<T, bf16> ||
+           (T::mantissa_bits <= 7 && T::min_exponent - T::mantissa_bits >= -126);
+  } else {
+    return false;
+  }
+}();
+
 }  // namespace tilekern
 
 template <int E, int M, int B, tilekern::specials S>
