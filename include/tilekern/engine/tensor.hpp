@@ -71,8 +71,8 @@ namespace tilekern::tensor {
 
 // What the tensor engine multiplies: float or any tilekern format.
 template <class T>
-concept tensor_element = std::is_same_v < std::remove_const_t<T>,
-float > || minifloat_format<std::remove_const_t<T>>;
+concept tensor_element =
+    (std::is_same_v<std::remove_const_t<T>, float>) || minifloat_format<std::remove_const_t<T>>;
 
 // Formats that run on bf16 pairs (types/minifloat.hpp).
 using tilekern::exact_in_bf16;

@@ -281,8 +281,7 @@ void multiply_blocks(tensor::path where, const tensor::detail::strided<A>& a,
                         cols = std::min(block_cols, n - first_col);
       const std::size_t panels = round_up(cols, panel_width) / panel_width;
       // Small M (up to 16 rows): groups of at most 8 rows (16 = 8 + 8, not 14 + 2, which would
-      // load each B vector for 2 rows), and one-byte panels widen in registers. Otherwise the
-      // path's largest groups.
+      // load each B vector for 2 rows). Otherwise the path's largest groups.
       const bool small = rows <= 16;
       const std::size_t largest =
           small ? std::min<std::size_t>(8, largest_group(where.level)) : largest_group(where.level);
