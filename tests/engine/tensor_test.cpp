@@ -1,7 +1,8 @@
 // engine/tensor.hpp: tile-level matmul (acc += a b), matmul_AtB (acc += a^T b) and matmul_ABt
 // (acc += a b^T), on tiles and on strided views (odd shapes, transposed views), float, fp16, bf16
 // and fp8 operands, mixed; the shape errors of views; the path selection (bf16 pairs only with
-// AVX512-BF16 and formats exact in bf16); the fp32 paths giving identical bits.
+// AVX512-BF16 and formats exact in bf16); the fp32 paths giving identical bits; the decoding
+// atom reading every code of bf16 and the fp8 formats exactly.
 //
 // Expected values: operands are decoded by tests/types/reference.hpp; the exact product is summed
 // in fp64 (reference::matmul) and the accumulation bound is (engine/tensor.hpp, u = 2^-24,
@@ -492,6 +493,69 @@ TEST_CASE("tensor: bf16 pairs read subnormal bf16 operands as zero (vdpbf16ps, n
   tensor::matmul(tiny, c, c);
   CHECK(tiny(0, 0) == (flushes ? 0.0f : 0x1p-140f));
 }
+
+#if defined(TILEKERN_CONVERT_AVX2)
+// atoms::avx2_fp32_decoding reads every code of every format it takes as to_float() does (built
+// from integers), bit for bit (NaN payloads and signed zeros included; bf16's signalling NaNs stay
+// signalling), as the even and as the odd k of a pair, and its mma is the even k's fma, then the
+// odd k's (which quiets them).
+template <class F>
+void check_decoding() {
+  using atom = tensor::atoms::avx2_fp32_decoding<F>;
+  const std::uint32_t codes = 1u << (8 * sizeof(F));
+  std::size_t wrong = 0;
+  for (std::uint32_t first = 0; first < codes; first += 8) {
+    // 8 columns: column j's even k holds code first + j, its odd k the code 8 columns on.
+    F pairs[16];
+    for (std::uint32_t j = 0; j < 8; ++j) {
+      pairs[2 * j] = F::from_code(first + j);
+      pairs[2 * j + 1] = F::from_code((first + j + 8) % codes);
+    }
+    const auto decoded = atom::load_b(pairs);
+    float even[8], odd[8];
+    _mm256_storeu_ps(even, decoded.even);
+    _mm256_storeu_ps(odd, decoded.odd);
+    for (std::size_t j = 0; j < 16; ++j) {
+      std::uint32_t got = std::bit_cast<std::uint32_t>(j % 2 == 0 ? even[j / 2] : odd[j / 2]);
+      // bf16 decodes by a shift: a signalling NaN stays one, quieted by the fma that reads it.
+      if (std::is_same_v<F, bf16> && std::isnan(std::bit_cast<float>(got))) got |= 0x400000u;
+      const float want = pairs[j].to_float();
+      if (got != std::bit_cast<std::uint32_t>(want) && wrong++ < 4) {
+        INFO(format_name<F>(), ": code ", pairs[j].code(), " decodes to ", got, ", want ",
+             std::bit_cast<std::uint32_t>(want));
+        CHECK(got == std::bit_cast<std::uint32_t>(want));
+      }
+    }
+    // c + a_even b_even + a_odd b_odd as two fmas, the even k's first.
+    const float a[2] = {0.75f, -1.25f};
+    float c[8], sums[8];
+    for (std::size_t j = 0; j < 8; ++j) c[j] = static_cast<float>(j) - 3.5f;
+    atom::store(sums, atom::mma(atom::load(c), atom::broadcast_a(a), decoded));
+    for (std::size_t j = 0; j < 8; ++j) {
+      const float want = std::fma(a[1], odd[j], std::fma(a[0], even[j], c[j]));
+      if (std::bit_cast<std::uint32_t>(sums[j]) != std::bit_cast<std::uint32_t>(want) &&
+          wrong++ < 4) {
+        INFO(format_name<F>(), ": mma of column ", j, " gives ", sums[j], ", want ", want);
+        CHECK(std::bit_cast<std::uint32_t>(sums[j]) == std::bit_cast<std::uint32_t>(want));
+      }
+    }
+  }
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("tensor: the decoding atom reads every code of bf16 and of every fp8 format exactly") {
+  static_assert(tensor::atoms::decodable<bf16> && tensor::atoms::decodable<fp8_e4m3> &&
+                tensor::atoms::decodable<fp8_e4m3fn> && tensor::atoms::decodable<fp8_e5m2> &&
+                tensor::atoms::decodable<fp8_e3m4>);
+  static_assert(!tensor::atoms::decodable<float> && !tensor::atoms::decodable<fp16> &&
+                !tensor::atoms::decodable<tf32>);
+  check_decoding<bf16>();
+  check_decoding<fp8_e4m3>();
+  check_decoding<fp8_e4m3fn>();
+  check_decoding<fp8_e5m2>();
+  check_decoding<fp8_e3m4>();
+}
+#endif
 
 }  // namespace
 }  // namespace tilekern

@@ -1007,6 +1007,43 @@ TEST_CASE("matmul: float C is the fma chain in k order (fp32 path) and the docum
   CHECK(ran >= 12);
 }
 
+// Few rows of A with B in bf16 or fp8 decode B's codes in registers on avx2 and above
+// (compute::fp32_decoding): the fp32 path's fma chain, bit for bit, for every such format, odd and
+// even K, up to decoding_rows rows and one more (which widens B's panels instead).
+TEST_CASE("matmul: small M decodes B in registers, with the fp32 path's bits") {
+  const auto path_name = [](std::size_t m) -> std::string {
+    const tensor::path where = tensor::choose_path<bf16, bf16>();
+    return tensor::detail::decodes<bf16>(where, m) ? "decoding" : "widening";
+  };
+  MESSAGE("M = 1: ", path_name(1), ", M = ", tensor::detail::decoding_rows + 1, ": ",
+          path_name(tensor::detail::decoding_rows + 1), " on ", std::string(name(active_isa())));
+  std::size_t ran = 0, problems = 0;
+  const auto sweep = [&]<class A, class B>() {
+    for (std::size_t m = 1; m <= tensor::detail::decoding_rows + 1; ++m) {
+      const shape s{m, m % 2 == 0 ? std::size_t{256} : std::size_t{257}, 100, m == 2, m == 3, m};
+      matmul_options o;
+      o.alpha = m % 2 == 0 ? 1.0f : -0.5f;
+      o.beta = m == 3 ? 0.25f : 0.0f;
+      ran += check_fma_chain<A, B>(s, o, 130 + m) ? 1 : 0;
+      ++problems;
+    }
+  };
+  sweep.template operator()<float, bf16>();
+  sweep.template operator()<bf16, fp8_e4m3>();
+#if !defined(TILEKERN_TEST_FEWER_FORMATS)
+  sweep.template operator()<bf16, bf16>();
+  sweep.template operator()<fp16, fp8_e4m3fn>();
+  sweep.template operator()<float, fp8_e5m2>();
+  sweep.template operator()<bf16, fp8_e3m4>();
+#endif
+  MESSAGE("fma chain checked for ", ran, " of ", problems, " problems");
+  CHECK(ran * 2 >= problems);  // all but on vdpbf16ps, where fp16 and float A still are
+  // Inf and NaN codes of B decode as such: they reach their column only.
+  check_specials<bf16, fp8_e4m3>(shape{3, 33, 40, false, true, 1});
+  check_specials<float, fp8_e3m4>(shape{1, 100, 33, false, false, 0});
+  check_specials<bf16, bf16>(shape{4, 64, 70, true, false, 0});
+}
+
 // ---- shape errors ----
 
 // call() must throw shape_error with the message `message`; C (sentinels) is left untouched.

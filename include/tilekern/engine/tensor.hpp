@@ -26,6 +26,10 @@
 //   compute::fp32         everything else: fp16, tf32, float operands, or bf16/fp8 without
 //                         AVX512-BF16 or below avx512; fp32 fma on 16 lanes (avx512), 8 (avx2) or
 //                         1 (scalar)
+//   compute::fp32_decoding  fp32 for up to decoding_rows rows of A (kernels/matmul.hpp) when B is
+//                         bf16 or fp8 (avx2 and up): B's codes are decoded in registers rather
+//                         than widened in memory first; the same fmas in the same order, so the
+//                         same bits as fp32
 //
 // Numerics. A product of two decoded operands is exact in fp32 when their significands fit in 24
 // bits together (every pair of formats but those with a float operand) and it neither overflows
@@ -77,16 +81,19 @@ concept tensor_element =
 // Formats that run on bf16 pairs (types/minifloat.hpp).
 using tilekern::exact_in_bf16;
 
-enum class compute : std::uint8_t { fp32, bf16_pairs };
+// fp32_decoding is fp32 with B's panels of bf16 or fp8 codes decoded in registers rather than
+// widened first (atoms::avx2_fp32_decoding): the same bits as fp32, for few rows of A (see
+// multiply_group).
+enum class compute : std::uint8_t { fp32, bf16_pairs, fp32_decoding };
 
 // Columns of B in one packed panel: two zmm (avx512), four ymm (avx2) of fp32 accumulators.
 inline constexpr std::size_t panel_width = 32;
 
 constexpr std::size_t depth_of(compute kind) {
-  return kind == compute::bf16_pairs ? 2 : 1;
+  return kind == compute::fp32 ? 1 : 2;
 }
 
-// The packed element of a compute kind: float, or a bf16 code.
+// The packed element of A for a compute kind: float, or a bf16 code.
 template <compute Kind>
 using operand_of = std::conditional_t<Kind == compute::bf16_pairs, std::uint16_t, float>;
 
@@ -450,7 +457,7 @@ void widen_panel(const Stored* panel, std::size_t first_step, std::size_t steps,
 // B and Rows broadcasts of A per step.
 template <class Atom, std::size_t Rows, std::size_t Vectors>
 HWY_INLINE void tile_multiply(float* c, std::size_t ldc, const typename Atom::operand* a,
-                              const typename Atom::operand* b, std::size_t b_step,
+                              const typename Atom::b_operand* b, std::size_t b_step,
                               std::size_t steps, bool accumulate) {
   typename Atom::accumulator acc[Rows][Vectors];
 #pragma GCC unroll 16
@@ -487,7 +494,7 @@ HWY_INLINE void tile_multiply(float* c, std::size_t ldc, const typename Atom::op
 template <class Atom, std::size_t Vectors, std::size_t... Rows>
 void group_times_panel(std::index_sequence<Rows...> /*groups*/, std::size_t rows, float* c,
                        std::size_t ldc, const typename Atom::operand* a,
-                       const typename Atom::operand* b, std::size_t steps, bool accumulate) {
+                       const typename Atom::b_operand* b, std::size_t steps, bool accumulate) {
   constexpr std::size_t columns = Vectors * Atom::lanes;
   static_assert(panel_width % columns == 0, "a tile multiply must divide the panel");
   constexpr std::size_t b_step = panel_width * Atom::depth;
@@ -500,14 +507,42 @@ void group_times_panel(std::index_sequence<Rows...> /*groups*/, std::size_t rows
   ((rows == Rows ? run(std::integral_constant<std::size_t, Rows>()) : void()), ...);
 }
 
-// c (rows x panel_width, row stride ldc) = (or +=) a group of `rows` rows times a panel, over
-// `steps` k-steps, on `where`'s atom. rows is 14, 8, 4, 2 or 1 on avx512, 6, 4, 2 or 1 on avx2,
-// 4, 2 or 1 on scalar (group_rows with at most largest_group(where.level)).
-template <compute Kind>
+// Products with few rows of A (up to decoding_rows: GEMV, small-batch decoding) read B once per
+// group of rows at most, so that widening a panel costs more than multiplying it: when B is stored
+// in a decodable format and the path is fp32 on avx2 or above, they run fp32_decoding, in groups of
+// at most decoding_group rows, each the width of a whole panel (4 ymm accumulators per row, so
+// that each row has 4 independent fma chains).
+inline constexpr std::size_t decoding_rows = 4;
+inline constexpr std::size_t decoding_group = 2;
+
+template <class Stored>
+bool decodes(path where, std::size_t rows) {
+#if defined(TILEKERN_CONVERT_AVX2)
+  return atoms::decodable<Stored> && where.kind == compute::fp32 && where.level >= isa::avx2 &&
+         rows <= decoding_rows;
+#else
+  (void)where, (void)rows;
+  return false;
+#endif
+}
+
+// c (rows x panel_width, row stride ldc) = (or +=) a group of `rows` rows times a panel (of
+// operands, or of B's codes on fp32_decoding), over `steps` k-steps, on `where`'s atom. rows is
+// 14, 8, 4, 2 or 1 on avx512, 6, 4, 2 or 1 on avx2, 4, 2 or 1 on scalar (group_rows with at most
+// largest_group(where.level)), 2 or 1 on fp32_decoding.
+template <compute Kind, class B = operand_of<Kind>>
 void multiply_group(path where, std::size_t rows, float* c, std::size_t ldc,
-                    const operand_of<Kind>* a, const operand_of<Kind>* b, std::size_t steps,
-                    bool accumulate) {
-  if constexpr (Kind == compute::bf16_pairs) {
+                    const operand_of<Kind>* a, const B* b, std::size_t steps, bool accumulate) {
+  if constexpr (Kind == compute::fp32_decoding) {
+#if defined(TILEKERN_CONVERT_AVX2)
+    (void)where;
+    group_times_panel<atoms::avx2_fp32_decoding<B>, 4>(std::index_sequence<2, 1>(), rows, c, ldc, a,
+                                                       b, steps, accumulate);
+#else
+    (void)where, (void)rows, (void)c, (void)ldc, (void)a, (void)b, (void)steps, (void)accumulate;
+    throw std::logic_error("tilekern::tensor: decoding without AVX2");
+#endif
+  } else if constexpr (Kind == compute::bf16_pairs) {
 #if defined(TILEKERN_HAVE_AVX512_BF16_ATOM)
     if (where.level >= isa::avx512) {
       return group_times_panel<atoms::avx512_bf16, 2>(std::index_sequence<14, 8, 4, 2, 1>(), rows,

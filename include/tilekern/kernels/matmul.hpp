@@ -44,9 +44,11 @@
 //   each k-block of 128 steps, for each panel: widen the panel's k-block if its format is not the
 //   compute operand (fp8 to bf16, or anything to fp32), and multiply every group by it into the
 //   block's fp32 accumulators. Last, the epilogue writes the block of C (engine/vector.hpp,
-//   engine/scalar.hpp). Small M (down to 1, GEMV) takes the same loops with groups of 1, 2, 4 or
-//   8 rows: every weight is read once per block of rows, in its own format (an fp8 weight is one
-//   byte), and widened in L1.
+//   engine/scalar.hpp). Small M takes the same loops with groups of at most 8 rows, reading each
+//   panel start to end: every weight is read once per block of rows, in its own format (an fp8
+//   weight is one byte). Up to 4 rows (GEMV, batch-1 decoding) with bf16 or fp8 weights on avx2
+//   and up, nothing is widened: the multiply decodes each weight in registers as it loads it
+//   (engine/atoms.hpp, avx2_fp32_decoding), with the bits of the widening path.
 //
 // Memory: pack_b allocates the packed matrix (K x N in B's format, padded to 32 columns); matmul
 // with an unpacked b allocates one per call. Each thread keeps its scratch between calls (packed
@@ -251,9 +253,12 @@ void multiply_blocks(tensor::path where, const tensor::detail::strided<A>& a,
   using cast = std::conditional_t<std::is_same_v<policy_operand<Policy, A>, A>, void,
                                   typename Policy::cast_type>;
   constexpr std::size_t depth = depth_of(Kind);
-  // Whether B's panels are already the compute operand (bf16 codes on pairs, floats on fp32).
+  // Whether B's panels are read as they are (bf16 codes on pairs, floats on fp32, any decodable
+  // codes on fp32_decoding), or widened to the compute operand first.
   constexpr bool direct = (Kind == compute::bf16_pairs && std::is_same_v<Stored, bf16>) ||
-                          (Kind == compute::fp32 && std::is_same_v<Stored, float>);
+                          (Kind == compute::fp32 && std::is_same_v<Stored, float>) ||
+                          Kind == compute::fp32_decoding;
+  using column = std::conditional_t<Kind == compute::fp32_decoding, Stored, operand>;
   const std::size_t m = a.rows, n = b.cols(), k = a.cols;
   const std::size_t padded_k = round_up(k, depth), steps = padded_k / depth;
   const std::size_t row_blocks = round_up(m, block_rows) / block_rows;
@@ -283,8 +288,9 @@ void multiply_blocks(tensor::path where, const tensor::detail::strided<A>& a,
       // Small M (up to 16 rows): groups of at most 8 rows (16 = 8 + 8, not 14 + 2, which would
       // load each B vector for 2 rows). Otherwise the path's largest groups.
       const bool small = rows <= 16;
-      const std::size_t largest =
-          small ? std::min<std::size_t>(8, largest_group(where.level)) : largest_group(where.level);
+      const std::size_t largest = Kind == compute::fp32_decoding ? decoding_group
+                                  : small ? std::min<std::size_t>(8, largest_group(where.level))
+                                          : largest_group(where.level);
       if (row_block != packed_row_block) {
         pack_rows<Kind, cast>(a, first_row, rows, largest, packed_a, line, spare);
         packed_row_block = row_block;
@@ -294,9 +300,9 @@ void multiply_blocks(tensor::path where, const tensor::detail::strided<A>& a,
       const auto multiply_panel = [&](std::size_t p, std::size_t first_step) {
         const std::size_t count = std::min(block_steps, steps - first_step);
         const Stored* panel = b.panel(first_col / panel_width + p);
-        const operand* columns = nullptr;
+        const column* columns = nullptr;
         if constexpr (direct) {
-          columns = reinterpret_cast<const operand*>(panel) + first_step * depth * panel_width;
+          columns = reinterpret_cast<const column*>(panel) + first_step * depth * panel_width;
         } else {
           widen_panel<Kind>(panel, first_step, count, widened, wide_line);
           columns = widened;
@@ -353,9 +359,16 @@ void matmul_packed(const tensor::detail::strided<A>& a, const packed_matrix<Stor
   const int threads = default_threads(options.threads);
   if (where.kind == tensor::compute::bf16_pairs) {
     multiply_blocks<tensor::compute::bf16_pairs, Policy>(where, a, b, c, bias, options, threads);
-  } else {
-    multiply_blocks<tensor::compute::fp32, Policy>(where, a, b, c, bias, options, threads);
+    return;
   }
+  if constexpr (tensor::atoms::decodable<Stored>) {
+    if (tensor::detail::decodes<Stored>(where, a.rows)) {
+      multiply_blocks<tensor::compute::fp32_decoding, Policy>(where, a, b, c, bias, options,
+                                                              threads);
+      return;
+    }
+  }
+  multiply_blocks<tensor::compute::fp32, Policy>(where, a, b, c, bias, options, threads);
 }
 
 }  // namespace detail
