@@ -507,11 +507,11 @@ void group_times_panel(std::index_sequence<Rows...> /*groups*/, std::size_t rows
   ((rows == Rows ? run(std::integral_constant<std::size_t, Rows>()) : void()), ...);
 }
 
-// Products with few rows of A (up to decoding_rows: GEMV, small-batch decoding) read B once per
-// group of rows at most, so that widening a panel costs more than multiplying it: when B is stored
-// in a decodable format and the path is fp32 on avx2 or above, they run fp32_decoding, in groups of
-// at most decoding_group rows, each the width of a whole panel (4 ymm accumulators per row, so
-// that each row has 4 independent fma chains).
+// Products with few rows of A (up to decoding_rows: GEMV, small-batch decoding) multiply each
+// weight by few rows, so that widening a panel would cost more than multiplying it: when B is
+// stored in a decodable format and the path is fp32 on avx2 or above, they run fp32_decoding, in
+// groups of at most decoding_group rows, each the width of a whole panel (4 ymm accumulators per
+// row: 4 independent fma chains).
 inline constexpr std::size_t decoding_rows = 4;
 inline constexpr std::size_t decoding_group = 2;
 
