@@ -187,6 +187,14 @@ TEST_CASE("gpsimd: rowwise outputs start zero-filled") {
     check_elements(
         y, [](std::size_t, std::size_t c) { return c == 0 ? 1.0f : 0.0f; },
         std::string(name(level)) + " y, first column written");
+    // One core takes every row, in order: row r writes only column r, so a value left over from
+    // the row before would show.
+    std::size_t calls = 0;
+    gpsimd::rowwise([&](auto, auto out, auto) { out[calls++] = 1.0f; }, gpsimd::inputs(x.cv()),
+                    gpsimd::outputs(y.v(), z.v()), {.cores = 1, .threads = 1});
+    check_elements(
+        y, [](std::size_t r, std::size_t c) { return c == r ? 1.0f : 0.0f; },
+        std::string(name(level)) + " y, one core, column r written in row r");
   });
 }
 

@@ -615,17 +615,22 @@ struct tilewise_accepts {
 };
 
 // Rows of the tensors staged through local memory (`stride` floats apart), one core's share at a
-// time: inputs decoded (one-row inputs once), the operator called, outputs encoded.
+// time: inputs decoded (one-row inputs once), the operator called, outputs encoded. Output rows are
+// zeroed once, and then by the pass that encodes them (it writes zeros back as it reads), which
+// costs less than clearing them before every row.
 template <class Path, rounding Mode, class Op, class... In, class... Out>
 void rowwise_on(Op& op, const std::tuple<view<const In>...>& in,
                 const std::tuple<view<Out>...>& out, std::size_t rows, std::size_t cols,
                 std::size_t stride, const options& opt) {
   using arch = typename Path::arch;
+  using batch = typename Path::batch;
   const auto identity = [](auto x) TILEKERN_GPSIMD_INLINE { return x; };
-  const std::tuple<batch_writer<Path, float, Mode>> to_local(cast_options{});
+  const auto and_zero = [](batch x) TILEKERN_GPSIMD_INLINE { return std::tuple(x, batch(0.0f)); };
+  const batch_writer<Path, float, Mode> to_local(cast_options{});
   const auto writers = [&]<std::size_t... K>(std::index_sequence<K...>) {
-    return std::tuple<std::tuple<batch_writer<Path, Out, Mode>>...>(
-        batch_writer<Path, Out, Mode>(output_cast(opt.cast, K))...);
+    return std::tuple<
+        std::tuple<batch_writer<Path, Out, Mode>, batch_writer<Path, float, Mode>>...>(
+        {batch_writer<Path, Out, Mode>(output_cast(opt.cast, K)), to_local}...);
   }
   (std::index_sequence_for<Out...>());
   run_cores(opt, rows * cols, [&](std::size_t core) {
@@ -636,16 +641,16 @@ void rowwise_on(Op& op, const std::tuple<view<const In>...>& in,
     const auto array = [&](std::size_t k) { return base + k * stride; };
     const auto stage_in = [&](auto k, std::size_t r) {
       elementwise_segment<Path>(identity, std::tuple(row_pointer(std::get<k>(in), r)),
-                                std::tuple(array(k)), to_local, cols, 0);
+                                std::tuple(array(k)), std::tuple(to_local), cols, 0);
     };
     for_indices(std::index_sequence_for<In...>(), [&](auto k) {
       if (std::get<k>(in).rows() == 1) stage_in(k, 0);  // broadcast: once
     });
+    std::fill(array(sizeof...(In)), array(sizeof...(In) + sizeof...(Out)), 0.0f);
     for (std::size_t r = mine.begin; r < mine.end; ++r) {
       for_indices(std::index_sequence_for<In...>(), [&](auto k) {
         if (std::get<k>(in).rows() != 1) stage_in(k, r);
       });
-      std::fill(array(sizeof...(In)), array(sizeof...(In) + sizeof...(Out)), 0.0f);
       [&]<std::size_t... I, std::size_t... O>(std::index_sequence<I...>,
                                               std::index_sequence<O...>) {
         op(row<const float, arch>(array(I), cols)...,
@@ -653,9 +658,9 @@ void rowwise_on(Op& op, const std::tuple<view<const In>...>& in,
       }
       (std::index_sequence_for<In...>(), std::index_sequence_for<Out...>());
       for_indices(std::index_sequence_for<Out...>(), [&](auto k) {
-        const float* from = array(sizeof...(In) + k);
-        elementwise_segment<Path>(identity, std::tuple(from),
-                                  std::tuple(row_pointer(std::get<k>(out), r)),
+        float* const local_row = array(sizeof...(In) + k);
+        elementwise_segment<Path>(and_zero, std::tuple<const float*>(local_row),
+                                  std::tuple(row_pointer(std::get<k>(out), r), local_row),
                                   std::get<k>(writers), cols, r * cols);
       });
     }

@@ -245,6 +245,27 @@ HWY_INLINE hn::Vec<DU> encode_lanes(DU du, hn::Vec<DU> bits, Round round,
   return hn::ShiftLeft<F::padding_bits>(magnitude | sign);
 }
 
+// Whether F has fp32's exponent field (bf16, tf32): then every fp32 input, subnormals and inf
+// included, keeps its exponent field, and encode_lanes_fp32_exponent applies.
+template <minifloat_format F>
+constexpr bool keeps_fp32_exponent = F::exponent_bits == 8 && F::bias == 127 && F::has_infinity;
+
+// encode_lanes for such an F, in fewer operations: round_fixed_shift on the fp32 bits, sign
+// included (a carry runs from the mantissa into the exponent, and from F's max into inf; it reaches
+// the sign only from a NaN, whose lanes the select replaces), and NaN's top payload bits, made
+// quiet. Overflow is left to the caller: a finite lane that overflowed is an inf code here, as for
+// overflow::standard. Returns the codes without padding.
+template <minifloat_format F, class DU, class Round>
+HWY_INLINE hn::Vec<DU> encode_lanes_fp32_exponent(DU du, hn::Vec<DU> bits, Round round) {
+  static_assert(keeps_fp32_exponent<F>);
+  const hn::RebindToSigned<DU> di;
+  const auto rounded = round_fixed_shift<23 - F::mantissa_bits>(bits, round);
+  // |x| > inf as signed integers: magnitudes are below 2^31.
+  const auto is_nan = hn::BitCast(di, bits & hn::Set(du, 0x7fffffffu)) > hn::Set(di, 0x7f800000);
+  const auto quiet = hn::ShiftRight<23 - F::mantissa_bits>(bits) | hn::Set(du, F::quiet_bit);
+  return hn::IfThenElse(hn::RebindMask(du, is_nan), quiet, rounded);
+}
+
 // F::to_float for every lane of `codes` (stored codes, padding included), as fp32 bit patterns.
 template <minifloat_format F, class DU>
 HWY_INLINE hn::Vec<DU> decode_lanes(DU du, hn::Vec<DU> codes) {
@@ -369,7 +390,16 @@ class vector_encoder {
   template <class Round>
   HWY_INLINE void encode_generic(hn::Vec<D> x, storage* out, Round round) const {
     const auto bits = hn::BitCast(du_, x);
-    hn::StoreU(narrow(encode_lanes<F>(du_, bits, round, overflow_code_)), dstorage_, out);
+    if constexpr (keeps_fp32_exponent<F>) {
+      auto codes = encode_lanes_fp32_exponent<F>(du_, bits, round);
+      if (saturate_) {  // each +-inf code becomes +-max, the code just below it
+        const auto magnitude = codes & hn::Set(du_, F::magnitude_mask);
+        codes = codes + hn::VecFromMask(du_, magnitude == hn::Set(du_, F::infinity_code));
+      }
+      hn::StoreU(narrow(hn::ShiftLeft<F::padding_bits>(codes)), dstorage_, out);
+    } else {
+      hn::StoreU(narrow(encode_lanes<F>(du_, bits, round, overflow_code_)), dstorage_, out);
+    }
   }
 
   // Toward zero and stochastic only: their round() gives the increment whatever its argument
