@@ -1,6 +1,7 @@
 // tile/view.hpp: strided views over memory the caller owns; contiguous ranges as one-row views;
 // view<T> as view<const T>; stride < cols rejected with a shape_error naming both sizes;
-// transposed views (transposed(view), transposed(tile)).
+// transposed views (transposed(view), transposed(tile)); heads views (batch x heads matrices,
+// contiguous, strided, broadcast by zero strides).
 
 #include <doctest/doctest.h>
 
@@ -243,6 +244,126 @@ TEST_CASE("transposed_view: of a tile, as a view of its storage") {
   CHECK(back.data() == t.data());
   CHECK(back.rows() == 2);
   CHECK(back.cols() == 3);
+}
+
+// Heads views: of T converts to of const T, never the reverse; matrix (b, h) is a view.
+static_assert(std::is_convertible_v<heads_view<float>, heads_view<const float>>);
+static_assert(!std::is_convertible_v<heads_view<const float>, heads_view<float>>);
+static_assert(!std::is_constructible_v<heads_view<float>, heads_view<const float>>);
+static_assert(
+    std::is_same_v<decltype(std::declval<heads_view<const bf16>>()(0, 0)), view<const bf16>>);
+static_assert(
+    std::is_same_v<decltype(std::declval<heads_view<const float>>()(0, 0, 0, 0)), const float&>);
+
+TEST_CASE("heads_view: contiguous [batch, heads, rows, cols], the last element at a guard page") {
+  constexpr std::size_t batch = 2, heads = 3, rows = 4, cols = 5;
+  test::guarded_buffer<float> buffer(batch * heads * rows * cols);
+  for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<float>(i);
+  const heads_view<float> x(buffer.data(), batch, heads, rows, cols);
+  CHECK(x.batch() == batch);
+  CHECK(x.heads() == heads);
+  CHECK(x.rows() == rows);
+  CHECK(x.cols() == cols);
+  CHECK(x.batch_stride() == heads * rows * cols);
+  CHECK(x.head_stride() == rows * cols);
+  CHECK(x.row_stride() == cols);
+  CHECK(x.size() == buffer.size());
+  CHECK_FALSE(x.empty());
+  std::size_t next = 0;  // row-major order over (b, h, r, c) walks the buffer
+  for (std::size_t b = 0; b < batch; ++b) {
+    for (std::size_t h = 0; h < heads; ++h) {
+      const view<float> m = x(b, h);
+      CHECK(m.rows() == rows);
+      CHECK(m.cols() == cols);
+      CHECK(m.stride() == cols);
+      for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t c = 0; c < cols; ++c, ++next) {
+          CHECK(&x(b, h, r, c) == buffer.data() + next);
+          CHECK(&m(r, c) == &x(b, h, r, c));
+        }
+      }
+    }
+  }
+  x(1, 2)(3, 4) = -1.0f;  // the last element of the buffer, through the (b, h) view
+  CHECK(buffer[buffer.size() - 1] == -1.0f);
+  x(0, 1, 2, 3) = -2.0f;
+  CHECK(buffer[(0 * heads + 1) * rows * cols + 2 * cols + 3] == -2.0f);
+
+  // As a heads view of const: the same memory, shape and strides.
+  const heads_view<const float> cx = x;
+  CHECK(cx.data() == x.data());
+  CHECK(cx.batch() == batch);
+  CHECK(cx.heads() == heads);
+  CHECK(cx.rows() == rows);
+  CHECK(cx.cols() == cols);
+  CHECK(cx.batch_stride() == x.batch_stride());
+  CHECK(cx.head_stride() == x.head_stride());
+  CHECK(cx.row_stride() == x.row_stride());
+  CHECK(cx(0, 1, 2, 3) == -2.0f);
+}
+
+TEST_CASE("heads_view: [batch, rows, heads, cols] memory read as heads, no copy") {
+  // The layout attention takes from a projection: each row holds every head's cols side by side.
+  constexpr std::size_t batch = 2, heads = 3, rows = 5, cols = 4;
+  test::guarded_buffer<bf16> buffer(batch * rows * heads * cols);
+  for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = bf16::from(static_cast<double>(i));
+  const heads_view<const bf16> x(buffer.data(), batch, heads, rows, cols, rows * heads * cols, cols,
+                                 heads * cols);
+  for (std::size_t b = 0; b < batch; ++b) {
+    for (std::size_t h = 0; h < heads; ++h) {
+      const view<const bf16> m = x(b, h);
+      CHECK(m.data() == buffer.data() + b * rows * heads * cols + h * cols);
+      CHECK(m.stride() == heads * cols);
+      CHECK_FALSE(m.contiguous());
+      for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t c = 0; c < cols; ++c) {
+          const std::size_t at = ((b * rows + r) * heads + h) * cols + c;
+          CHECK(&x(b, h, r, c) == buffer.data() + at);
+          CHECK(m(r, c).bits() == buffer[at].bits());
+        }
+      }
+    }
+  }
+  CHECK(&x(1, 2, 4, 3) == buffer.data() + buffer.size() - 1);
+}
+
+TEST_CASE("heads_view: zero strides broadcast one matrix; default and empty views") {
+  // One 2 x 3 matrix seen as 4 batches of 2 heads (an attention bias shared by all of them).
+  std::vector<float> m{1, 2, 3, 4, 5, 6};
+  const heads_view<const float> x(m.data(), 4, 2, 2, 3, 0, 0, 3);
+  CHECK(x.size() == 4 * 2 * 2 * 3);
+  for (std::size_t b = 0; b < 4; ++b)
+    for (std::size_t h = 0; h < 2; ++h) CHECK(x(b, h).data() == m.data());
+  CHECK(x(3, 1, 1, 2) == 6.0f);
+  // A per-head bias shared by the batch: batch stride 0.
+  std::vector<float> per_head(2 * 6);
+  const heads_view<float> y(per_head.data(), 4, 2, 2, 3, 0, 6, 3);
+  CHECK(&y(3, 1, 0, 0) == per_head.data() + 6);
+  CHECK(&y(0, 1, 0, 0) == &y(2, 1, 0, 0));
+
+  const heads_view<bf16> none;
+  CHECK(none.data() == nullptr);
+  CHECK(none.batch() == 0);
+  CHECK(none.heads() == 0);
+  CHECK(none.rows() == 0);
+  CHECK(none.cols() == 0);
+  CHECK(none.empty());
+  CHECK(heads_view<float>(m.data(), 0, 2, 2, 3).empty());
+  CHECK(heads_view<float>(m.data(), 2, 0, 2, 3).empty());
+  CHECK(heads_view<float>(m.data(), 2, 2, 0, 3).empty());
+  CHECK(heads_view<float>(m.data(), 2, 2, 3, 0).empty());
+}
+
+TEST_CASE("heads_view: a row stride less than the row length is a shape_error") {
+  std::vector<float> x(64);
+  CHECK_THROWS_WITH_AS(heads_view<float>(x.data(), 1, 2, 2, 5, 20, 10, 3),
+                       "tilekern::heads_view: row stride 3 is less than the row length 5",
+                       shape_error);
+  CHECK_THROWS_AS(heads_view<const bf16>(nullptr, 2, 2, 3, 9, 0, 0, 0), std::invalid_argument);
+  // One row needs no stride; rows exactly as long as the stride are fine.
+  CHECK_NOTHROW(heads_view<float>(x.data(), 2, 2, 1, 5, 5, 5, 0));
+  CHECK_NOTHROW(heads_view<float>(x.data(), 1, 2, 2, 5, 20, 10, 5));
+  CHECK_NOTHROW(heads_view<float>(x.data(), 1, 2, 2, 0, 0, 0, 0));
 }
 
 }  // namespace

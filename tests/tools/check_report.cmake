@@ -1,6 +1,6 @@
 # tilekern-report --quick prints the machine line, the memcpy line, a conversion row for every
-# format in FORMATS and every rounding mode, the custom operator rows, the normalization rows and
-# the matmul rows.
+# format in FORMATS and every rounding mode, the custom operator rows, the normalization rows, the
+# matmul rows and the attention rows.
 #   cmake -DPROGRAM=... "-DFORMATS=bf16;fp16;..." -P check_report.cmake
 execute_process(COMMAND ${PROGRAM} --quick RESULT_VARIABLE status OUTPUT_VARIABLE output
                 ERROR_VARIABLE errors)
@@ -44,6 +44,14 @@ foreach(rounding nearest stochastic)
 endforeach()
 foreach(policy "matmult bf16" "all bf16")
   list(APPEND expected "\nfloat x float +${policy} +float +-${matmul_numbers}")
+endforeach()
+# the attention table: each input format (q, then k and v), unmasked, and bf16 causal; then
+# GFLOPS, err/max|o| and SQNR
+list(APPEND expected "\nattention \\(flash, forward\\)\n")
+set(attention_numbers " +[0-9.]+ +[-+0-9.einf]+ +[-+0-9.einf]+\n")
+foreach(row "bf16 +bf16 +none" "bf16 +bf16 +causal" "fp16 +fp16 +none" "fp8_e4m3 +fp8_e4m3 +none"
+            "fp8_e5m2 +fp8_e5m2 +none" "bf16 +fp8_e4m3 +none")
+  list(APPEND expected "\n${row}${attention_numbers}")
 endforeach()
 foreach(pattern IN LISTS expected)
   if(NOT output MATCHES "${pattern}")

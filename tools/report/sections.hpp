@@ -14,6 +14,7 @@ table conversion_section(const settings& options);
 table gpsimd_section(const settings& options);
 table normalization_section(const settings& options);
 table matmul_section(const settings& options);
+table attention_section(const settings& options);
 
 struct section {
   std::string_view name;
@@ -26,6 +27,7 @@ inline constexpr section sections[] = {
     {"gpsimd", gpsimd_section},                // custom operators
     {"normalization", normalization_section},  // vector and scalar engine kernels
     {"matmul", matmul_section},                // the tensor engine
+    {"attention", attention_section},          // flash attention, all three engines
 };
 
 }  // namespace tilekern::report

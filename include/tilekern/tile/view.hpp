@@ -110,4 +110,71 @@ view<T> transposed(transposed_view<T> of) {
   return of.stored();
 }
 
+// batch x heads matrices of rows x cols elements of T, each a view<T>: element (b, h, r, c) is at
+// data + b * batch_stride + h * head_stride + r * row_stride + c. Attention takes its tensors so:
+// [batch, heads, seq, head_dim] contiguous is heads_view(data, batch, heads, seq, head_dim), and
+// [batch, seq, heads, head_dim] is the same memory with strides (seq * heads * head_dim,
+// head_dim, heads * head_dim), no copy. Strides may be 0 (one matrix broadcast). Like view, it
+// never owns or allocates.
+template <class T>
+class heads_view {
+ public:
+  using element_type = T;
+
+  heads_view() = default;
+  heads_view(T* data, std::size_t batch, std::size_t heads, std::size_t rows, std::size_t cols,
+             std::size_t batch_stride, std::size_t head_stride, std::size_t row_stride)
+      : data_(data),
+        batch_(batch),
+        heads_(heads),
+        rows_(rows),
+        cols_(cols),
+        batch_stride_(batch_stride),
+        head_stride_(head_stride),
+        row_stride_(row_stride) {
+    if (row_stride < cols && rows > 1) {
+      throw shape_error("tilekern::heads_view: row stride " + std::to_string(row_stride) +
+                        " is less than the row length " + std::to_string(cols));
+    }
+  }
+  // Contiguous [batch, heads, rows, cols].
+  heads_view(T* data, std::size_t batch, std::size_t heads, std::size_t rows, std::size_t cols)
+      : heads_view(data, batch, heads, rows, cols, heads * rows * cols, rows * cols, cols) {}
+  // A heads view of T is a heads view of const T.
+  template <class U>
+  requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
+      heads_view(const heads_view<U>& other)  // NOLINT(google-explicit-constructor)
+      : heads_view(other.data(), other.batch(), other.heads(), other.rows(), other.cols(),
+                   other.batch_stride(), other.head_stride(), other.row_stride()) {}
+
+  T* data() const { return data_; }
+  std::size_t batch() const { return batch_; }
+  std::size_t heads() const { return heads_; }
+  std::size_t rows() const { return rows_; }
+  std::size_t cols() const { return cols_; }
+  std::size_t batch_stride() const { return batch_stride_; }
+  std::size_t head_stride() const { return head_stride_; }
+  std::size_t row_stride() const { return row_stride_; }
+  std::size_t size() const { return batch_ * heads_ * rows_ * cols_; }
+  bool empty() const { return size() == 0; }
+
+  // Matrix (b, h), unchecked (b < batch(), h < heads()).
+  view<T> operator()(std::size_t b, std::size_t h) const {
+    return {data_ + b * batch_stride_ + h * head_stride_, rows_, cols_, row_stride_};
+  }
+  T& operator()(std::size_t b, std::size_t h, std::size_t r, std::size_t c) const {
+    return data_[b * batch_stride_ + h * head_stride_ + r * row_stride_ + c];
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t batch_ = 0;
+  std::size_t heads_ = 0;
+  std::size_t rows_ = 0;
+  std::size_t cols_ = 0;
+  std::size_t batch_stride_ = 0;
+  std::size_t head_stride_ = 0;
+  std::size_t row_stride_ = 0;
+};
+
 }  // namespace tilekern
