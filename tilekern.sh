@@ -8,8 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# ocl-icd-opencl-dev: Debian's dnnl-config.cmake requires OpenCL, which libdnnl-dev only recommends;
+# without it the benchmarks build with no oneDNN baselines (bench/CMakeLists.txt).
 packages=(cmake ninja-build g++ libhwy-dev libxsimd-dev doctest-dev libbenchmark-dev
-          libdnnl-dev libopenblas-dev)
+          libdnnl-dev ocl-icd-opencl-dev libopenblas-dev)
 
 install_missing() {
   local missing=()

@@ -252,12 +252,6 @@ double backward_peak() {
                         path_peak<float, Q>(), path_peak<float, KV>()});
 }
 
-// The widest fma loop this build runs (the oneDNN rows' peak).
-double widest_fma_peak() {
-  const double zmm = bench::peak_gflops(bench::peak_loop::fma_zmm);
-  return zmm > 0 ? zmm : bench::peak_gflops(bench::peak_loop::fma_ymm);
-}
-
 void report_speed(benchmark::State& state, double flops, double seconds, double peak_gflops) {
   const double per_second = flops * static_cast<double>(state.iterations()) / seconds;
   state.counters["TFLOPS"] = per_second * 1e-12;
@@ -265,6 +259,12 @@ void report_speed(benchmark::State& state, double flops, double seconds, double 
 }
 
 #if TILEKERN_HAVE_ONEDNN
+
+// The widest fma loop this build runs (the oneDNN rows' peak).
+double widest_fma_peak() {
+  const double zmm = bench::peak_gflops(bench::peak_loop::fma_zmm);
+  return zmm > 0 ? zmm : bench::peak_gflops(bench::peak_loop::fma_ymm);
+}
 
 // The forward composed from oneDNN 2.6 primitives (see the top): o (fp32) from q, k, v, all
 // contiguous [heads, seq, dim] in `type` in the caller's memory, which must outlive this object.

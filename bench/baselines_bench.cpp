@@ -36,14 +36,6 @@ using tilekern::bf16;
 constexpr std::size_t rows = 1576;
 constexpr std::size_t cols = 768;
 
-std::vector<float> normal(std::size_t n, unsigned seed, float mean, float sigma) {
-  std::mt19937 generator(seed);
-  std::normal_distribution<float> distribution(mean, sigma);
-  std::vector<float> values(n);
-  for (float& v : values) v = distribution(generator);
-  return values;
-}
-
 // Times work() per iteration and reports GBps for `bytes` moved per call.
 void run(benchmark::State& state, std::size_t bytes, const std::function<void()>& work) {
   work();  // warm: first-touch pages, oneDNN's JIT
@@ -67,6 +59,14 @@ void memcpy_benchmark(benchmark::State& state, std::size_t bytes) {
 }
 
 #if TILEKERN_HAVE_ONEDNN
+
+std::vector<float> normal(std::size_t n, unsigned seed, float mean, float sigma) {
+  std::mt19937 generator(seed);
+  std::normal_distribution<float> distribution(mean, sigma);
+  std::vector<float> values(n);
+  for (float& v : values) v = distribution(generator);
+  return values;
+}
 
 // rows x cols N(0, 1) in `type`: f32, or bf16 rounded to nearest even.
 std::vector<std::byte> input(dnnl_type type) {
