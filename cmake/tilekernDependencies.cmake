@@ -7,8 +7,8 @@ find_path(TILEKERN_XSIMD_INCLUDE_DIR xsimd/xsimd.hpp REQUIRED)
 # the calling thread otherwise.
 find_package(OpenMP QUIET COMPONENTS CXX)
 
-# -march=VALUE for everything that includes tilekern (and Highway's AVX3_DL target, which
-# Highway 1.0.3 requires once -march=native enables it). WHERE is BUILD or INSTALL.
+# -march=VALUE for everything that includes tilekern, with the definitions Highway 1.0.3 needs.
+# WHERE is BUILD or INSTALL.
 function(tilekern_apply_arch target arch where)
   if(arch STREQUAL "")
     return()
@@ -16,7 +16,10 @@ function(tilekern_apply_arch target arch where)
   set(options -march=${arch})
   # HWY_DISABLE_PCLMUL_AES: Highway's AVX2 target otherwise also needs AES and PCLMUL, which
   # x86-64-v3 lacks (the build would silently get SSSE3 vectors); tilekern uses neither.
-  set(definitions HWY_WANT_AVX3_DL HWY_DISABLE_PCLMUL_AES)
+  # HWY_DISABLED_TARGETS=HWY_AVX3_DL: Highway 1.0.3's AVX3_DL target (chosen once the flags enable
+  # AVX-VNNI and VBMI, as -march=native does on Sapphire Rapids) narrows lanes wrongly: its
+  # TruncateTo passes vpermb's operands swapped. Its AVX3 target serves those machines.
+  set(definitions HWY_DISABLED_TARGETS=HWY_AVX3_DL HWY_DISABLE_PCLMUL_AES)
   if(where STREQUAL "BUILD")
     target_compile_options(${target} INTERFACE $<BUILD_INTERFACE:${options}>)
     target_compile_definitions(${target} INTERFACE $<BUILD_INTERFACE:${definitions}>)

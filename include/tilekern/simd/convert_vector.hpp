@@ -31,6 +31,11 @@
 #if HWY_TARGET <= HWY_AVX3
 #define TILEKERN_CONVERT_AVX512 1
 #endif
+// Highway 1.0.3's AVX3_DL target calls _mm256_permutexvar_epi8 with its operands swapped in
+// TruncateTo (32 to 16 and 8 bits), which every narrowing encode here uses.
+static_assert(HWY_TARGET != HWY_AVX3_DL || HWY_MAJOR > 1 || HWY_MINOR > 0 || HWY_PATCH > 3,
+              "tilekern: Highway 1.0.3's AVX3_DL target narrows lanes wrongly; compile with "
+              "-DHWY_DISABLED_TARGETS=HWY_AVX3_DL (tilekern's CMake package does)");
 #endif
 
 namespace tilekern::detail {
@@ -41,7 +46,8 @@ static_assert(compiled_isa() >= isa::avx512,
 #elif defined(TILEKERN_CONVERT_AVX2)
 static_assert(compiled_isa() == isa::avx2,
               "tilekern: compiled_isa() says AVX-512 but Highway's static target is narrower; "
-              "compile with -DHWY_WANT_AVX3_DL if the flags enable AVX512-VNNI/VBMI");
+              "compile with -DHWY_DISABLED_TARGETS=HWY_AVX3_DL if the flags enable AVX-VNNI and "
+              "VBMI");
 #else
 // Highway 1.0.3's AVX2 target also requires AES and PCLMUL (which -march=x86-64-v3 lacks) unless
 // HWY_DISABLE_PCLMUL_AES is defined, as tilekern's CMake package does.
