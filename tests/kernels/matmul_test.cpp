@@ -995,7 +995,7 @@ TEST_CASE("matmul: float C is the fma chain in k order (fp32 path) and the docum
     ran += check_fma_chain<fp16, fp8_e4m3>(s, o, 120) ? 1 : 0;
 #endif
     ran += check_fma_chain<float, float>(s, other, 121) ? 1 : 0;
-    ran += check_fma_chain<bf16, bf16, float>(s, o, 122) ? 1 : 0;  // fp32 without AVX512-BF16
+    ran += check_fma_chain<bf16, bf16, float>(s, o, 122) ? 1 : 0;  // fp32 unless pairs are asked
     ran += check_fma_chain<bf16, fp8_e4m3, bf16>(s, other, 123) ? 1 : 0;
     ran += check_fma_chain<bf16, float, float>(s, o, 124) ? 1 : 0;
   }

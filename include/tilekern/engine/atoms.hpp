@@ -21,8 +21,8 @@
 // ignored: round to nearest even, subnormal inputs read as zero and subnormal results flushed to
 // zero (Intel's definition; AMX's tdpbf16ps, the same in tiles, behaves alike). avx2_bf16_emulated
 // computes the same sums with AVX2, for testing the pair path anywhere (see there). The decoding
-// atoms (avx2_fp32_decoding) are avx2_fp32 reading B as packed codes: the same fmas in the same
-// order, so the same bits.
+// atoms (avx512_fp32_decoding, avx2_fp32_decoding) are avx512_fp32 and avx2_fp32 reading B as
+// packed codes: the same fmas in the same order, so the same bits.
 
 #include <bit>
 #include <cmath>
@@ -31,6 +31,7 @@
 #include <type_traits>
 
 #include "tilekern/simd/convert_vector.hpp"
+#include "tilekern/simd/x86/fp16.hpp"
 #include "tilekern/types/minifloat.hpp"
 
 #if defined(TILEKERN_CONVERT_AVX2)
@@ -250,6 +251,86 @@ struct avx2_fp32_decoding {
       const __m256i magnitude = _mm256_and_si256(h, _mm256_set1_epi16(0x7fff));
       const __m256i special = _mm256_cmpgt_epi16(magnitude, _mm256_set1_epi16(first - 1));
       h = _mm256_or_si256(h, _mm256_and_si256(special, _mm256_set1_epi16(0x7c00)));
+    }
+    return h;
+  }
+};
+#endif
+
+#if defined(TILEKERN_CONVERT_AVX512)
+// avx2_fp32_decoding on 16 lanes (avx512_fp32's fmas, in the same order, so the same bits): the
+// same decoding, 16 columns' pairs of codes at a time (64 bytes of bf16 or 32 of fp8).
+template <class Stored>
+requires decodable<Stored>
+struct avx512_fp32_decoding {
+  static constexpr std::size_t lanes = 16;
+  static constexpr std::size_t depth = 2;
+  using operand = float;
+  using b_operand = Stored;
+  using accumulator = __m512;
+  struct pair {
+    __m512 even, odd;
+  };
+
+  static accumulator zero() { return _mm512_setzero_ps(); }
+  static accumulator load(const float* from) { return _mm512_loadu_ps(from); }
+  static void store(float* to, accumulator c) { _mm512_storeu_ps(to, c); }
+  static pair broadcast_a(const operand* a) { return {_mm512_set1_ps(a[0]), _mm512_set1_ps(a[1])}; }
+  static accumulator mma(accumulator c, pair a, pair b) {
+    return _mm512_fmadd_ps(a.odd, b.odd, _mm512_fmadd_ps(a.even, b.even, c));
+  }
+
+  // The zero-masking forms with every lane selected, as in simd/x86/fp16.hpp (GCC bug 105593).
+  static constexpr __mmask16 all = 0xffff;
+
+  static pair load_b(const b_operand* b) {
+    if constexpr (sizeof(Stored) == 2) {
+      const __m512i codes = _mm512_loadu_si512(b);
+      return {_mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, codes, 16)),
+              _mm512_castsi512_ps(
+                  _mm512_and_si512(codes, _mm512_set1_epi32(static_cast<int>(0xffff0000u))))};
+    } else {
+      const __m512i h = fp16_codes(b);
+      __m512 even = x86::float_from_fp16(_mm512_maskz_extracti64x4_epi64(0xff, h, 0));
+      __m512 odd = x86::float_from_fp16(_mm512_maskz_extracti64x4_epi64(0xff, h, 1));
+      if constexpr (Stored::bias != 15) {
+        const __m512 scale = _mm512_set1_ps(std::bit_cast<float>(
+            static_cast<std::uint32_t>(127 + 15 - Stored::bias) << 23));  // 2^(15 - bias)
+        even = _mm512_mul_ps(even, scale);
+        odd = _mm512_mul_ps(odd, scale);
+      }
+      return {even, odd};
+    }
+  }
+
+ private:
+  // 32 fp8 codes (column j's even k at byte 2j, odd k at 2j + 1) as fp16 codes of value *
+  // 2^(bias - 15): the even k's in the low 256 bits, the odd k's in the high.
+  static __m512i fp16_codes(const b_operand* b) {
+    constexpr int m = Stored::mantissa_bits;
+    // Columns 0-7 in 128-bit lanes 0 and 2, columns 8-15 in lanes 1 and 3.
+    const __m512i bytes =
+        _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)));
+    // Each code to the high byte of a 16-bit lane (-1: zero): lanes 0 and 1 take the even bytes,
+    // lanes 2 and 3 the odd ones.
+    const __m512i spread = _mm512_set_epi8(
+        15, -1, 13, -1, 11, -1, 9, -1, 7, -1, 5, -1, 3, -1, 1, -1,    //
+        15, -1, 13, -1, 11, -1, 9, -1, 7, -1, 5, -1, 3, -1, 1, -1,    //
+        14, -1, 12, -1, 10, -1, 8, -1, 6, -1, 4, -1, 2, -1, 0, -1,    //
+        14, -1, 12, -1, 10, -1, 8, -1, 6, -1, 4, -1, 2, -1, 0, -1);   // lane 0, from its last byte
+    __m512i h = _mm512_shuffle_epi8(bytes, spread);  // code << 8
+    if constexpr (m != 2) {  // align the mantissa with fp16's 10 bits; the sign stays on top
+      h = _mm512_and_si512(_mm512_srai_epi16(h, m - 2),
+                           _mm512_set1_epi16(static_cast<short>(0x8000 | 0x7f << (10 - m))));
+    }
+    if constexpr (Stored::exponent_bits < 5 || !Stored::has_infinity) {
+      // Inf and NaN codes: fp16's exponent field all ones, the mantissa kept.
+      constexpr int first =
+          static_cast<int>(Stored::has_infinity ? Stored::infinity_code : Stored::nan_code)
+          << (10 - m);
+      const __m512i magnitude = _mm512_and_si512(h, _mm512_set1_epi16(0x7fff));
+      const __mmask32 special = _mm512_cmpgt_epi16_mask(magnitude, _mm512_set1_epi16(first - 1));
+      h = _mm512_or_si512(h, _mm512_maskz_mov_epi16(special, _mm512_set1_epi16(0x7c00)));
     }
     return h;
   }

@@ -18,14 +18,16 @@
 //      a broadcast of A per k-step (avx512), one B load per 14 fused multiply-adds.
 //
 // Paths (active_isa()), each an atom:
-//   compute::bf16_pairs   avx512 with AVX512-BF16 (vdpbf16ps), when both operands are formats
-//                         whose values are all bf16 values (bf16 and every fp8 format: widened
-//                         exactly); k runs in pairs, odd K padded with a zero. TILEKERN_BF16_PAIRS
-//                         turns it off, or on with vdpbf16ps emulated by AVX2 where the CPU lacks
-//                         it (bf16_pairs_available())
-//   compute::fp32         everything else: fp16, tf32, float operands, or bf16/fp8 without
-//                         AVX512-BF16 or below avx512; fp32 fma on 16 lanes (avx512), 8 (avx2) or
-//                         1 (scalar)
+//   compute::fp32         by default every product: bf16 and fp8 operands widened to fp32 exactly,
+//                         fp16, tf32, floats; fp32 fma on 16 lanes (avx512), 8 (avx2) or 1
+//                         (scalar)
+//   compute::bf16_pairs   only when asked (TILEKERN_BF16_PAIRS=on, set_bf16_pairs), when both
+//                         operands are formats whose values are all bf16 values (bf16 and every
+//                         fp8 format): vdpbf16ps with AVX512-BF16 at avx512, elsewhere its AVX2
+//                         emulation; k runs in pairs, odd K padded with a zero. Not the default:
+//                         on the one AVX512-BF16 CPU measured (a Sapphire Rapids-class guest)
+//                         vdpbf16ps does half the flops of fp32 fma, and bf16 x bf16 ran 1.6x
+//                         faster widened to fp32 (CONTRIBUTING.md, Known gaps)
 //   compute::fp32_decoding  fp32 for up to decoding_rows rows of A (kernels/matmul.hpp) when B is
 //                         bf16 or fp8 (avx2 and up): B's codes are decoded in registers rather
 //                         than widened in memory first; the same fmas in the same order, so the
@@ -82,7 +84,7 @@ concept tensor_element =
 using tilekern::exact_in_bf16;
 
 // fp32_decoding is fp32 with B's panels of bf16 or fp8 codes decoded in registers rather than
-// widened first (atoms::avx2_fp32_decoding): the same bits as fp32, for few rows of A (see
+// widened first (atoms::avx512_fp32_decoding, avx2_fp32_decoding): the same bits as fp32, for few rows of A (see
 // multiply_group).
 enum class compute : std::uint8_t { fp32, bf16_pairs, fp32_decoding };
 
@@ -143,17 +145,17 @@ inline bool bf16_instruction_available() {
 
 // Whether products of formats exact in bf16 run on bf16 pairs now. TILEKERN_BF16_PAIRS (or
 // set_bf16_pairs) chooses:
-//   auto (or unset)  pairs where vdpbf16ps can run (bf16_instruction_available())
-//   on               pairs on avx2 and above: vdpbf16ps where it can run, elsewhere the emulated
-//                    atom (atoms::avx2_bf16_emulated), so that the path is tested on any machine
-//   off              never
+//   off, auto or unset  never: the fp32 path is faster wherever it was measured (see the top)
+//   on                  pairs on avx2 and above: vdpbf16ps where it can run
+//                       (bf16_instruction_available()), elsewhere the emulated atom
+//                       (atoms::avx2_bf16_emulated), so that the path is tested on any machine
 inline bool bf16_pairs_available() {
   const int forced = detail::bf16_pairs_override().load(std::memory_order_relaxed);
   const int use = forced >= 0 ? forced : detail::environment_bf16_pairs();
-  if (use == 0) return false;
+  if (use != 1) return false;
   if (bf16_instruction_available()) return true;
 #if defined(TILEKERN_CONVERT_AVX2)
-  return use == 1 && active_isa() >= isa::avx2;
+  return active_isa() >= isa::avx2;
 #else
   return false;
 #endif
@@ -510,8 +512,8 @@ void group_times_panel(std::index_sequence<Rows...> /*groups*/, std::size_t rows
 // Products with few rows of A (up to decoding_rows: GEMV, small-batch decoding) multiply each
 // weight by few rows, so that widening a panel would cost more than multiplying it: when B is
 // stored in a decodable format and the path is fp32 on avx2 or above, they run fp32_decoding, in
-// groups of at most decoding_group rows, each the width of a whole panel (4 ymm accumulators per
-// row: 4 independent fma chains).
+// groups of at most decoding_group rows, each the width of a whole panel (2 zmm or 4 ymm
+// accumulators per row).
 inline constexpr std::size_t decoding_rows = 4;
 inline constexpr std::size_t decoding_group = 2;
 
@@ -534,8 +536,13 @@ template <compute Kind, class B = operand_of<Kind>>
 void multiply_group(path where, std::size_t rows, float* c, std::size_t ldc,
                     const operand_of<Kind>* a, const B* b, std::size_t steps, bool accumulate) {
   if constexpr (Kind == compute::fp32_decoding) {
+#if defined(TILEKERN_CONVERT_AVX512)
+    if (where.level >= isa::avx512) {
+      return group_times_panel<atoms::avx512_fp32_decoding<B>, 2>(std::index_sequence<2, 1>(), rows,
+                                                                  c, ldc, a, b, steps, accumulate);
+    }
+#endif
 #if defined(TILEKERN_CONVERT_AVX2)
-    (void)where;
     group_times_panel<atoms::avx2_fp32_decoding<B>, 4>(std::index_sequence<2, 1>(), rows, c, ldc, a,
                                                        b, steps, accumulate);
 #else

@@ -25,8 +25,8 @@
 //   within (gamma(K) + 2u) |alpha| sum_k |a_ik b_kj| + u |bias_j| of the exact result. A NaN or
 //   inf operand propagates as fp32 arithmetic says.
 // Results are identical for any thread count: each element of C is computed by one thread, in
-// the same order. The avx512 path with AVX512-BF16 multiplies bf16 and fp8 operands in bf16
-// pairs, and differs in the last bits from the fp32 paths (see engine/tensor.hpp).
+// the same order. Asked for (TILEKERN_BF16_PAIRS=on), bf16 and fp8 operands multiply in bf16
+// pairs instead, which differ in the last bits from the fp32 paths (see engine/tensor.hpp).
 //
 // Precision policies (Neuron's --auto-cast, --auto-cast-type; chosen at compile time):
 //   precision<auto_cast::none>               operands are multiplied as they are (default)
@@ -48,7 +48,8 @@
 //   panel start to end: every weight is read once per block of rows, in its own format (an fp8
 //   weight is one byte). Up to 4 rows (GEMV, batch-1 decoding) with bf16 or fp8 weights on avx2
 //   and up, nothing is widened: the multiply decodes each weight in registers as it loads it
-//   (engine/atoms.hpp, avx2_fp32_decoding), with the bits of the widening path.
+//   (engine/atoms.hpp, avx512_fp32_decoding and avx2_fp32_decoding), with the bits of the
+//   widening path.
 //
 // Memory: pack_b allocates the packed matrix (K x N in B's format, padded to 32 columns); matmul
 // with an unpacked b allocates one per call. Each thread keeps its scratch between calls (packed
