@@ -520,8 +520,8 @@ void check_decoding() {
       if (std::is_same_v<F, bf16> && std::isnan(std::bit_cast<float>(got))) got |= 0x400000u;
       const float want = pairs[j].to_float();
       if (got != std::bit_cast<std::uint32_t>(want) && wrong++ < 4) {
-        INFO(format_name<F>(), " on ", lanes, " lanes: code ", pairs[j].code(), " decodes to ",
-             got, ", want ", std::bit_cast<std::uint32_t>(want));
+        INFO(format_name<F>(), " on ", lanes, " lanes: code ", pairs[j].code(), " decodes to ", got,
+             ", want ", std::bit_cast<std::uint32_t>(want));
         CHECK(got == std::bit_cast<std::uint32_t>(want));
       }
     }

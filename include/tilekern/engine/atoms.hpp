@@ -312,12 +312,12 @@ struct avx512_fp32_decoding {
     const __m512i bytes =
         _mm512_maskz_broadcast_i64x4(0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)));
     // Each code to the high byte of a 16-bit lane (-1: zero): lanes 0 and 1 take the even bytes,
-    // lanes 2 and 3 the odd ones.
-    const __m512i spread = _mm512_set_epi8(
-        15, -1, 13, -1, 11, -1, 9, -1, 7, -1, 5, -1, 3, -1, 1, -1,    //
-        15, -1, 13, -1, 11, -1, 9, -1, 7, -1, 5, -1, 3, -1, 1, -1,    //
-        14, -1, 12, -1, 10, -1, 8, -1, 6, -1, 4, -1, 2, -1, 0, -1,    //
-        14, -1, 12, -1, 10, -1, 8, -1, 6, -1, 4, -1, 2, -1, 0, -1);   // lane 0, from its last byte
+    // lanes 2 and 3 the odd ones (listed from lane 3's last byte down to lane 0's first).
+    const __m512i spread =
+        _mm512_set_epi8(15, -1, 13, -1, 11, -1, 9, -1, 7, -1, 5, -1, 3, -1, 1, -1,  //
+                        15, -1, 13, -1, 11, -1, 9, -1, 7, -1, 5, -1, 3, -1, 1, -1,  //
+                        14, -1, 12, -1, 10, -1, 8, -1, 6, -1, 4, -1, 2, -1, 0, -1,  //
+                        14, -1, 12, -1, 10, -1, 8, -1, 6, -1, 4, -1, 2, -1, 0, -1);
     __m512i h = _mm512_shuffle_epi8(bytes, spread);  // code << 8
     if constexpr (m != 2) {  // align the mantissa with fp16's 10 bits; the sign stays on top
       h = _mm512_and_si512(_mm512_srai_epi16(h, m - 2),

@@ -84,8 +84,8 @@ concept tensor_element =
 using tilekern::exact_in_bf16;
 
 // fp32_decoding is fp32 with B's panels of bf16 or fp8 codes decoded in registers rather than
-// widened first (atoms::avx512_fp32_decoding, avx2_fp32_decoding): the same bits as fp32, for few rows of A (see
-// multiply_group).
+// widened first (atoms::avx512_fp32_decoding, avx2_fp32_decoding): the same bits as fp32, for few
+// rows of A (see multiply_group).
 enum class compute : std::uint8_t { fp32, bf16_pairs, fp32_decoding };
 
 // Columns of B in one packed panel: two zmm (avx512), four ymm (avx2) of fp32 accumulators.
