@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/engine_support.hpp"
+#include "tilekern/engine/scalar.hpp"
 #include "tilekern/engine/vector.hpp"
 
 namespace tilekern::test::engine_tests {
@@ -485,6 +486,58 @@ TEST_CASE("vector: elementwise results are bit-identical on every ISA path") {
   });
 }
 
+// A column passed as vector::column (held in a register) and the same column passed as a plain
+// view (read from a row of scratch its value is copied into) must give the same bits, for every
+// destination format and rounding, in the written tensor, the row sums and column sums.
+TEST_CASE("vector: vector::column gives the bits of the same column passed as a view") {
+  for_each_element_type([]<class D>() {
+    for (shape s : {shape{1, 1}, shape{3, 15}, shape{7, 33}, shape{4, 767}}) {
+      for_each_rounding<D>([&](const cast_options& cast, index_config indices) {
+        tensor<bf16> x(s.rows, s.cols, s.cols + 1);
+        tensor<fp16> column(s.rows, 1, 3);
+        tensor<float> one(1, 1), row(1, s.cols);
+        fill_uniform(x, 1, -8, 8);
+        fill_uniform(column, 2, -2, 2);
+        fill_uniform(one, 3, 0.5, 2);
+        fill_uniform(row, 4, -1, 1);
+        const std::uint64_t index_stride = index_stride_of(indices, s.cols);
+        const auto f = [](auto, auto p, auto m, auto t, auto g) { return hn::MulAdd(p - m, t, g); };
+        tensor<D> plain(s.rows, s.cols, s.cols + 2), marked(s.rows, s.cols, s.cols + 2);
+        std::vector<float> plain_sums(s.rows), marked_sums(s.rows);
+        vector::map(vector::rounded(plain.v(), cast, indices.first_index, index_stride), f, x.cv(),
+                    column.cv(), one.cv(), row.cv());
+        vector::map(vector::rounded(marked.v(), cast, indices.first_index, index_stride), f, x.cv(),
+                    vector::column(column.cv()), vector::column(one.cv()), row.cv());
+        scalar::activation_sum(vector::rounded(plain.v(), cast, indices.first_index, index_stride),
+                               plain_sums, plain.cv(), act::silu, one.cv(), column.cv());
+        scalar::activation_sum(vector::rounded(marked.v(), cast, indices.first_index, index_stride),
+                               marked_sums, marked.cv(), act::silu, vector::column(one.cv()),
+                               vector::column(column.cv()));
+        std::vector<float> plain_acc(s.cols, 1.0f), marked_acc(s.cols, 1.0f);
+        const auto g = [](auto, auto p, auto m) { return p * m; };
+        vector::col_sum_of(view<float>(plain_acc.data(), 1, s.cols), g, x.cv(), column.cv());
+        vector::col_sum_of(view<float>(marked_acc.data(), 1, s.cols), g, x.cv(),
+                           vector::column(column.cv()));
+        const std::string what = type_name<D>() + " " + shape_name(s.rows, s.cols) + " " +
+                                 describe_cast(cast) + " first index " +
+                                 std::to_string(indices.first_index);
+        for (std::size_t c = 0; c < s.cols; ++c) {
+          REQUIRE_MESSAGE(bits_of(marked_acc[c]) == bits_of(plain_acc[c]), what, " column sum ", c);
+        }
+        for (std::size_t r = 0; r < s.rows; ++r) {
+          for (std::size_t c = 0; c < s.cols; ++c) {
+            REQUIRE_MESSAGE(bits_of(marked(r, c)) == bits_of(plain(r, c)), what, " (", r, ", ", c,
+                            ")");
+          }
+          REQUIRE_MESSAGE(bits_of(marked_sums[r]) == bits_of(plain_sums[r]), what, " sum of row ",
+                          r);
+        }
+        CHECK(marked.gaps_untouched());
+      });
+    }
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reductions.
 
@@ -889,6 +942,10 @@ TEST_CASE("vector: shape errors name the operation and the argument, and write n
                     {"tilekern::vector::select", "b is 2x3"});
   check_shape_error([&] { vector::affine_select(dst.v(), wrong.cv(), affine{}, 0.0f); },
                     {"tilekern::vector::affine_select", "src is 2x3"});
+  check_shape_error([&] { vector::add(dst.v(), full.cv(), vector::column(full.cv())); },
+                    {add, "b is 4x5", "expected 4x1 (a column) or 1x1"});
+  check_shape_error([&] { vector::mul(dst.v(), vector::column(row_out.cv()), 1.0f); },
+                    {"tilekern::vector::mul", "a is 1x5", "expected 4x1 (a column) or 1x1"});
   check_shape_error([&] { vector::transpose(dst.v(), full.cv()); },
                     {"tilekern::vector::transpose", "dst is 4x5", "expected 5x4"});
   CHECK(dst.all_sentinel());

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -121,39 +122,90 @@ auto to_view(Tensor&& tensor) {
   }
 }
 
+// How an operand's lanes run along a row: loaded element by element (`varies`: a view of the
+// destination's shape, or one row), or one value for the whole row (`constant`: vector::column, a
+// float). A view whose shape decides at run time which it is (`either`) is loaded too: from its
+// row, or, when it is a column, from its row's value repeated along a row of scratch (written
+// once per row, see with_repeat_scratch). So no block tests what an operand is, and each row loop
+// is compiled once per path.
+enum class along : std::uint8_t { either, varies, constant };
+
 // A source operand of an engine operation, resolved against the destination's shape (see the top
 // of this header): element (r, c) is data[r * row_step + c * col_step], col_step 0 or 1, or
 // `value` everywhere when data is null.
-template <class T>
+template <class T, along Kind = along::either>
 struct operand {
+  using element = T;
+  static constexpr along kind = Kind;
   const T* data = nullptr;
   std::size_t row_step = 0;
   std::size_t col_step = 0;
   float value = 0.0f;
+  T* repeated = nullptr;  // `either` columns: scratch for `repeats` copies of a row's value
+  std::size_t repeats = 0;
 
   float at(std::size_t r) const {
     if (data == nullptr) return value;
     return static_cast<float>(data[r * row_step]);
   }
+  bool varies() const { return data != nullptr && col_step == 1; }
+  // The same operand with its kind known to be K.
+  template <along K>
+  operand<T, K> as() const {
+    return {data, row_step, col_step, value};
+  }
 
   // The operand's lanes along row r.
   template <class D>
   struct cursor {
-    const T* row;  // null when the row is one value
+    const T* row;  // null for a constant operand
     hn::Vec<D> splat;
     HWY_INLINE hn::Vec<D> load(D d, std::size_t c) const {
-      return row ? load_lanes(d, row + c) : splat;
+      if constexpr (Kind == along::constant) return splat;
+      if constexpr (Kind != along::constant) return load_lanes(d, row + c);
     }
     HWY_INLINE hn::Vec<D> load_tail(D d, std::size_t c, std::size_t n) const {
-      return row ? load_partial(d, row + c, n) : splat;
+      if constexpr (Kind == along::constant) return splat;
+      if constexpr (Kind != along::constant) return load_partial(d, row + c, n);
     }
   };
   template <class D>
   HWY_INLINE cursor<D> at_row(D d, std::size_t r) const {
-    if (data != nullptr && col_step == 1) return {data + r * row_step, hn::Zero(d)};
-    return {nullptr, hn::Set(d, at(r))};
+    if constexpr (Kind == along::constant) {
+      return {nullptr, hn::Set(d, at(r))};
+    } else {
+      if (Kind == along::either && repeated != nullptr) {
+        std::fill_n(repeated, repeats, data[r * row_step]);
+        return {repeated, hn::Zero(d)};
+      }
+      return {data + r * row_step, hn::Zero(d)};
+    }
   }
 };
+
+// Scratch for `cols` copies of a row's value, for an `either` operand that is a column.
+template <class Op>
+auto repeat_scratch(const Op& operand, std::size_t cols) {
+  if constexpr (Op::kind == along::either) {
+    using T = typename Op::element;
+    return operand.varies() ? std::unique_ptr<T[]>() : std::make_unique<T[]>(cols);
+  } else {
+    return 0;
+  }
+}
+// body(operands...), each `either` operand that is a column given its scratch.
+template <class Body, class... Operands>
+decltype(auto) with_repeat_scratch(std::size_t cols, Body&& body, const Operands&... operands) {
+  auto scratch = std::make_tuple(repeat_scratch(operands, cols)...);
+  const auto given = [cols](auto operand, auto& buffer) {
+    if constexpr (decltype(operand)::kind == along::either) {
+      operand.repeated = buffer.get();
+      operand.repeats = cols;
+    }
+    return operand;
+  };
+  return std::apply([&](auto&... buffers) { return body(given(operands, buffers)...); }, scratch);
+}
 
 }  // namespace detail
 
@@ -170,6 +222,7 @@ namespace detail {
 
 template <>
 struct operand<affine> {
+  static constexpr along kind = along::varies;
   affine f;
 
   float at(std::size_t r) const { return f.row * static_cast<float>(r) + f.offset; }
@@ -206,16 +259,37 @@ operand<T> resolve(const char* function, const char* argument, view<const T> sou
                     ", expected " + shape_text(rows, cols) + ", 1x" + std::to_string(cols) +
                     " (a row), " + std::to_string(rows) + "x1 (a column) or 1x1");
 }
-inline operand<float> resolve(const char*, const char*, float value, std::size_t, std::size_t) {
+inline operand<float, along::constant> resolve(const char*, const char*, float value, std::size_t,
+                                               std::size_t) {
   return {nullptr, 0, 0, value};
 }
+
+// A source that is one value per row (vector::column): a rows x 1 or 1 x 1 view.
+template <class T>
+struct column_source {
+  view<const T> values;
+};
+template <class T>
+operand<T, along::constant> resolve(const char* function, const char* argument,
+                                    column_source<T> source, std::size_t rows, std::size_t) {
+  const std::size_t r = source.values.rows(), c = source.values.cols();
+  if (c == 1 && r == rows) return {source.values.data(), source.values.stride(), 0};
+  if (c == 1 && r == 1) return {source.values.data(), 0, 0};
+  throw shape_error(std::string(function) + ": " + argument + " is " + shape_text(r, c) +
+                    ", expected " + shape_text(rows, 1) + " (a column) or 1x1");
+}
+
+template <class T>
+struct is_column_source : std::false_type {};
+template <class T>
+struct is_column_source<column_source<T>> : std::true_type {};
 
 // A view or a float as an engine source: views of T and ranges become view<const T>.
 template <class Source>
 auto as_source(const Source& source) {
   if constexpr (std::is_arithmetic_v<Source>) {
     return static_cast<float>(source);
-  } else if constexpr (std::is_same_v<Source, affine>) {
+  } else if constexpr (std::is_same_v<Source, affine> || is_column_source<Source>::value) {
     return source;
   } else {
     const auto as_view = to_view(source);
@@ -377,8 +451,8 @@ inline constexpr std::size_t reduce_slots = 64;
 //   x = f(d, lanes of each operand),  to(r, c) = x rounded,  and with Reduce,
 //   sums[r] = the reduction Op of x over the row (fp32, before rounding).
 // f takes the descriptor and one hn::Vec per operand and returns one hn::Vec.
-template <bool Reduce, combine Op, class Out, class F, class... Ts>
-void map_rows(const destination<Out>& to, column_out sums, F&& f, const operand<Ts>&... operands) {
+template <bool Reduce, combine Op, class Out, class F, class... Operands>
+void map_rows(const destination<Out>& to, column_out sums, F&& f, const Operands&... operands) {
   const std::size_t rows = to.to.rows(), cols = to.to.cols();
   if (rows * cols == 0) {
     if constexpr (Reduce) {
@@ -389,12 +463,12 @@ void map_rows(const destination<Out>& to, column_out sums, F&& f, const operand<
     }
     return;
   }
-  visit_lanes([&](auto d) {
+  const auto rows_of = [&](auto d, const auto&... sources) {
     using D = decltype(d);
     constexpr std::size_t lanes = hn::MaxLanes(D()), chains = reduce_slots / lanes;
     const lane_store<Out, D> out(d, to);
     for (std::size_t r = 0; r < rows; ++r) {
-      const auto cursors = std::make_tuple(operands.at_row(d, r)...);
+      const auto cursors = std::make_tuple(sources.at_row(d, r)...);
       const auto compute = [&](auto load) {
         return std::apply([&](const auto&... cursor) { return f(d, load(cursor)...); }, cursors);
       };
@@ -441,17 +515,20 @@ void map_rows(const destination<Out>& to, column_out sums, F&& f, const operand<
         sums[r] = value;
       }
     }
-  });
+  };
+  with_repeat_scratch(
+      cols, [&](const auto&... sources) { visit_lanes([&](auto d) { rows_of(d, sources...); }); },
+      operands...);
 }
 
 // The column loop: acc(0, c) = Op(acc(0, c), f(d, lanes of each operand at (r, c))) for r = 0,
 // 1, ..., rows - 1 in order, in fp32; acc is one row of `cols` floats and keeps what it held.
 // max and min propagate NaN.
-template <combine Op, class F, class... Ts>
+template <combine Op, class F, class... Operands>
 void reduce_cols(float* acc, std::size_t rows, std::size_t cols, F&& f,
-                 const operand<Ts>&... operands) {
+                 const Operands&... operands) {
   if (rows * cols == 0) return;
-  visit_lanes([&](auto d) {
+  const auto rows_of = [&](auto d, const auto&... sources) {
     using D = decltype(d);
     constexpr std::size_t lanes = hn::MaxLanes(D());
     const auto fold = [&](hn::Vec<D> a, hn::Vec<D> x) {
@@ -463,7 +540,7 @@ void reduce_cols(float* acc, std::size_t rows, std::size_t cols, F&& f,
       }
     };
     for (std::size_t r = 0; r < rows; ++r) {
-      const auto cursors = std::make_tuple(operands.at_row(d, r)...);
+      const auto cursors = std::make_tuple(sources.at_row(d, r)...);
       const auto compute = [&](auto load) {
         return std::apply([&](const auto&... cursor) { return f(d, load(cursor)...); }, cursors);
       };
@@ -481,7 +558,10 @@ void reduce_cols(float* acc, std::size_t rows, std::size_t cols, F&& f,
         std::copy_n(staged, n, acc + c);
       }
     }
-  });
+  };
+  with_repeat_scratch(
+      cols, [&](const auto&... sources) { visit_lanes([&](auto d) { rows_of(d, sources...); }); },
+      operands...);
 }
 
 }  // namespace detail

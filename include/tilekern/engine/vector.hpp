@@ -9,7 +9,10 @@
 // and stochastic indices. Sources are views of the destination's shape, one row (broadcast
 // down), one column (broadcast along: per-row values), a float, or an `affine` function of the
 // indices. A source of any other shape is a shape_error naming the operation and the argument,
-// thrown before anything is written.
+// thrown before anything is written. `column(view)` marks a column (or a 1 x 1 view) as one: the
+// same values, held in a register along each row, where a plain view (which the loop is compiled
+// for before its shape is known) is read from a row of scratch its value is copied into
+// (engine/lanes.hpp, along). Kernels pass their per-row statistics so.
 //
 //   map(dst, f, sources...)          dst = f(d, x...) lane by lane: f is generic over Highway
 //                                     vectors (d is the descriptor), e.g.
@@ -117,8 +120,10 @@ void reduce_rows(const char* function, Out&& out, const X& x) {
   const std::size_t rows = source.rows(), cols = source.cols();
   const column_out sums = resolve_column(function, "out", to_view(out), rows);
   const destination<no_output> nothing{view<no_output>(nullptr, rows, cols)};
+  // x has its own shape: it varies along the row.
   map_rows<true, Op>(
-      nothing, sums, [](auto, auto v) { return v; }, resolve(function, "x", source, rows, cols));
+      nothing, sums, [](auto, auto v) { return v; },
+      resolve(function, "x", source, rows, cols).template as<along::varies>());
 }
 
 template <combine Op, class Out, class X>
@@ -151,13 +156,25 @@ void reduce_expression(const char* function, Out&& out, F&& f, const First& firs
   const auto resolve_next = [&](const auto& source) {
     return resolve(function, names[next++], as_source(source), rows, cols);
   };
-  const std::tuple resolved{resolve_next(first), resolve_next(sources)...};
+  // The first source has the shape: it varies along the row.
+  const std::tuple resolved{resolve_next(first).template as<along::varies>(),
+                            resolve_next(sources)...};
   const destination<no_output> nothing{view<no_output>(nullptr, rows, cols)};
   std::apply([&](const auto&... operands) { map_rows<true, Op>(nothing, column, f, operands...); },
              resolved);
 }
 
 }  // namespace detail
+
+// A source that holds one value per row (a rows x 1 or 1 x 1 view of any format), as a view of
+// that shape already is; saying so lets an operation keep the value in a register along the row
+// (see the top of this header). Any other shape is a shape_error when the operation resolves it.
+template <class Tensor>
+auto column(const Tensor& values) {
+  const auto as_view = detail::as_source(values);
+  return detail::column_source<std::remove_const_t<typename decltype(as_view)::element_type>>{
+      as_view};
+}
 
 // dst = f(d, sources...), lane by lane (see the top of this header).
 template <class Dst, class F, class... Sources>

@@ -215,14 +215,15 @@ void attention_forward_tile(const attention_tile& t, const heads_view<Q>& q, con
       block_max[r] = nan_max(m[r], block_max[r]);
       minus_m[r] = block_max[r] == minus_infinity ? 0.0f : -block_max[r];
     }
-    scalar::activation_sum(s, per_row(sums, n), s, act::exp, 1.0f, per_row(minus_m, n));
+    scalar::activation_sum(s, per_row(sums, n), s, act::exp, 1.0f,
+                           vector::column(per_row(minus_m, n)));
     for (std::size_t r = 0; r < n; ++r) {
       const float rescale = std::exp(m[r] + minus_m[r]);  // 0 while m is -inf
       l[r] = rescale * l[r] + sums[r];
       m[r] = block_max[r];
       block_max[r] = rescale;
     }
-    vector::mul(acc, acc, per_row(block_max, n));
+    vector::mul(acc, acc, vector::column(per_row(block_max, n)));
     const auto v_j = v(t.b, t.g).block(j0, 0, keys, dim);
     if (row_keys(options, t, 0, j0, keys, seq_q, seq_k) == keys || finite(v_j, scratch.sums)) {
       tensor::matmul(acc, s, v_j);
@@ -240,7 +241,7 @@ void attention_forward_tile(const attention_tile& t, const heads_view<Q>& q, con
   for (std::size_t r = 0; r < n; ++r) sums[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
   const auto index = ((t.b * q.heads() + t.h) * seq_q + t.first) * dim;
   vector::mul(vector::rounded(o(t.b, t.h).block(t.first, 0, n, dim), cast, index, dim), acc,
-              per_row(sums, n));
+              vector::column(per_row(sums, n)));
   if (!lse.empty()) {
     const auto out = lse(t.b, t.h).block(t.first, 0, n, 1);
     for (std::size_t r = 0; r < n; ++r) {
@@ -309,14 +310,14 @@ void attention_backward_group(std::size_t b, std::size_t g, const heads_view<Q>&
     clear(p);
     tensor::matmul_ABt(p, q_i, k_j);
     make_scores(p, t, j0, scale, bias, options, seq_q, seq_k);
-    scalar::exp(p, p, 1.0f, per_row(scratch.minus_lse.data() + row, n));
+    scalar::exp(p, p, 1.0f, vector::column(per_row(scratch.minus_lse.data() + row, n)));
     tensor::matmul_AtB(d_v.block(j0, 0, keys, dim), p, d_o_i);  // dV_j += P^T dO_i
 
     clear(d_s);
     tensor::matmul_ABt(d_s, d_o_i, v_j);  // dP = dO_i V_j^T
     vector::map(
         d_s, [](auto, auto p, auto dp, auto delta) { return p * (dp - delta); }, p, d_s,
-        per_row(scratch.delta.data() + row, n));
+        vector::column(per_row(scratch.delta.data() + row, n)));
     tensor::matmul_AtB(d_k.block(j0, 0, keys, dim), d_s, q_i);   // dK_j += dS^T Q_i
     tensor::matmul(d_q(e).block(t.first, 0, n, dim), d_s, k_j);  // dQ_i += dS K_j
   };

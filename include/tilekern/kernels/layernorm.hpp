@@ -112,10 +112,11 @@ void layernorm_statistics(view<const X> xb, float eps, const layernorm_columns& 
   // The two passes over rows [r0, r0 + n), with the scale already in out.scale (1 unless scaled).
   const auto passes = [&](std::size_t r0, std::size_t n, bool scaled) {
     const view<const X> x = xb.block(r0, 0, n, cols);
-    const view<const float> scale = out.scale.block(r0, 0, n, 1);
+    const auto scale = norm_per_row(out.scale.block(r0, 0, n, 1));
     const view<float> partial = out.partial.block(r0, 0, n, 1);
-    const view<const float> first = out.first.block(r0, 0, n, 1);
-    const view<const float> shift = out.shift.block(r0, 0, n, 1), low = out.low.block(r0, 0, n, 1);
+    const auto first = norm_per_row(out.first.block(r0, 0, n, 1));
+    const auto shift = norm_per_row(out.shift.block(r0, 0, n, 1));
+    const auto low = norm_per_row(out.low.block(r0, 0, n, 1));
     for (std::size_t r = r0; r < r0 + n; ++r) {
       out.first(r, 0) = static_cast<float>(xb(r, 0)) * out.scale(r, 0);
     }
@@ -195,7 +196,7 @@ void layernorm_views(view<const X> x, view<const G> gamma, view<const B> beta, v
     layernorm_statistics(xb, eps, stats, sums.data(), columns.data() + 6 * block);
     norm_runs(stats.scale, [&](std::size_t a, std::size_t m, bool scaled) {
       const auto to = vector::rounded(y.block(r0 + a, 0, m, cols), cast, (r0 + a) * cols, cols);
-      const auto rows_of = [&](view<float> c) { return view<const float>(c.block(a, 0, m, 1)); };
+      const auto rows_of = [&](view<float> c) { return norm_per_row(c.block(a, 0, m, 1)); };
       if (scaled) {
         vector::map(
             to,
@@ -244,8 +245,8 @@ void layernorm_backward_views(view<const DY> dy, view<const X> x, view<const G> 
     const view<const X> xb = x.block(r0, 0, n, cols);
     const view<const DY> dyb = dy.block(r0, 0, n, cols);
     layernorm_statistics(xb, eps, stats, sums.data(), columns.data() + 9 * block);
-    const view<const float> scale(stats.scale), shift(stats.shift), low(stats.low),
-        rstd(stats.rstd);
+    const auto scale = norm_per_row(stats.scale), shift = norm_per_row(stats.shift),
+               low = norm_per_row(stats.low), rstd = norm_per_row(stats.rstd);
 
     // dgamma += sum over the block's rows of dy * xhat, dbeta += sum of dy (before dx is written).
     vector::col_sum_of(
@@ -270,11 +271,12 @@ void layernorm_backward_views(view<const DY> dy, view<const X> x, view<const G> 
         },
         dyb, gamma, xb, scale, shift);
     for (std::size_t r = 0; r < n; ++r) {
-      const double true_rstd = static_cast<double>(scale(r, 0)) * rstd(r, 0);
-      const double sum_g_xhat = rstd(r, 0) * (sum_g_deviation[r] - low(r, 0) * sum_g[r]);
-      const double c_r = rstd(r, 0) * true_rstd * (sum_g_xhat / count);
+      const double r_std = stats.rstd(r, 0), lo = stats.low(r, 0);
+      const double true_rstd = static_cast<double>(stats.scale(r, 0)) * r_std;
+      const double sum_g_xhat = r_std * (sum_g_deviation[r] - lo * sum_g[r]);
+      const double c_r = r_std * true_rstd * (sum_g_xhat / count);
       a(r, 0) = static_cast<float>(true_rstd);
-      b(r, 0) = static_cast<float>(-true_rstd * (sum_g[r] / count) + low(r, 0) * c_r);
+      b(r, 0) = static_cast<float>(-true_rstd * (sum_g[r] / count) + lo * c_r);
       c(r, 0) = static_cast<float>(c_r);
     }
     vector::map(
@@ -282,8 +284,7 @@ void layernorm_backward_views(view<const DY> dy, view<const X> x, view<const G> 
         [](auto, auto d, auto v, auto g, auto s, auto mean, auto ra, auto rb, auto rc) {
           return hn::NegMulAdd(hn::MulSub(v, s, mean), rc, hn::MulAdd(ra, d * g, rb));
         },
-        dyb, xb, gamma, scale, shift, view<const float>(a), view<const float>(b),
-        view<const float>(c));
+        dyb, xb, gamma, scale, shift, norm_per_row(a), norm_per_row(b), norm_per_row(c));
   }
   norm_store_row(dgamma, dgamma_acc, norm_cast(cast, 1));
   norm_store_row(dbeta, dbeta_acc, norm_cast(cast, 2));

@@ -140,17 +140,27 @@ inline view<float> norm_column(float* data, std::size_t rows) {
   return {data, rows, 1, 1};
 }
 
-// Columns [c0, c0 + n) of a source of `cols` columns; a column (rows x 1) stays as it is.
+// Columns [c0, c0 + n) of a source of `cols` columns (a row or the shape of x); a column
+// (vector::column: one value per row) stays as it is.
 template <class T>
-view<const T> norm_slice(view<const T> source, std::size_t cols, std::size_t c0, std::size_t n) {
-  return source.cols() == cols ? source.block(0, c0, source.rows(), n) : source;
+view<const T> norm_slice(view<const T> source, std::size_t, std::size_t c0, std::size_t n) {
+  return source.block(0, c0, source.rows(), n);
+}
+template <class T>
+column_source<T> norm_slice(column_source<T> source, std::size_t, std::size_t, std::size_t) {
+  return source;
+}
+
+// A rows x 1 column of fp32 scratch as a source: the same value along each row.
+inline auto norm_per_row(view<float> column) {
+  return vector::column(view<const float>(column));
 }
 
 // sums[r] = sum over the columns of f(d, sources...)(r, c): vector::row_sum_of per chunk of
 // norm_chunk columns into `partial` (a rows x 1 fp32 column), the chunks added in fp64. The first
 // source has the shape rows x cols.
-template <class F, class... Ts>
-void norm_row_sums(double* sums, view<float> partial, F f, view<const Ts>... sources) {
+template <class F, class... Sources>
+void norm_row_sums(double* sums, view<float> partial, F f, Sources... sources) {
   const std::size_t cols = std::get<0>(std::tuple(sources...)).cols();
   const std::size_t rows = partial.rows();
   std::fill_n(sums, rows, 0.0);
@@ -237,7 +247,7 @@ void rms_statistics(view<const X> xb, float eps, const rms_columns& out, double*
           const auto scaled = v * s;
           return scaled * scaled;
         },
-        x, view<const float>(scale));
+        x, norm_per_row(scale));
   };
   std::fill_n(out.scale.data(), rows, 1.0f);
   norm_row_sums(
@@ -280,11 +290,11 @@ void rmsnorm_views(view<const X> x, view<const G> gamma, view<Y> y, float eps,
     rms_statistics(xb, eps, stats, sums.data(), columns.data() + 3 * block);
     norm_runs(stats.scale, [&](std::size_t a, std::size_t m, bool scaled) {
       const auto to = vector::rounded(y.block(r0 + a, 0, m, cols), cast, (r0 + a) * cols, cols);
-      const view<const float> rstd = stats.rstd.block(a, 0, m, 1);
+      const auto rstd = norm_per_row(stats.rstd.block(a, 0, m, 1));
       if (scaled) {
         vector::map(
             to, [](auto, auto v, auto s, auto r, auto g) { return v * s * r * g; },
-            xb.block(a, 0, m, cols), view<const float>(stats.scale.block(a, 0, m, 1)), rstd, gamma);
+            xb.block(a, 0, m, cols), norm_per_row(stats.scale.block(a, 0, m, 1)), rstd, gamma);
       } else {
         vector::map(
             to, [](auto, auto v, auto r, auto g) { return v * r * g; }, xb.block(a, 0, m, cols),
@@ -319,7 +329,7 @@ void rmsnorm_backward_views(view<const DY> dy, view<const X> x, view<const G> ga
     const view<const X> xb = x.block(r0, 0, n, cols);
     const view<const DY> dyb = dy.block(r0, 0, n, cols);
     rms_statistics(xb, eps, stats, sums.data(), columns.data() + 5 * block);
-    const view<const float> scale(stats.scale), rstd(stats.rstd);
+    const auto scale = norm_per_row(stats.scale), rstd = norm_per_row(stats.rstd);
 
     // dgamma += sum over the block's rows of dy * xhat (before dx is written).
     vector::col_sum_of(
@@ -332,16 +342,16 @@ void rmsnorm_backward_views(view<const DY> dy, view<const X> x, view<const G> ga
         [](auto, auto d, auto v, auto g, auto s, auto r) { return d * g * (v * s * r); }, dyb, xb,
         gamma, scale, rstd);
     for (std::size_t r = 0; r < n; ++r) {
-      const double true_rstd = static_cast<double>(scale(r, 0)) * rstd(r, 0);
+      const double true_rstd = static_cast<double>(stats.scale(r, 0)) * stats.rstd(r, 0);
       a(r, 0) = static_cast<float>(true_rstd);
-      c(r, 0) = static_cast<float>(rstd(r, 0) * true_rstd * (sums[r] / count));
+      c(r, 0) = static_cast<float>(stats.rstd(r, 0) * true_rstd * (sums[r] / count));
     }
     vector::map(
         vector::rounded(dx.block(r0, 0, n, cols), norm_cast(cast, 0), r0 * cols, cols),
         [](auto, auto d, auto v, auto g, auto s, auto ra, auto rc) {
           return hn::NegMulAdd(v * s, rc, ra * (d * g));
         },
-        dyb, xb, gamma, scale, view<const float>(a), view<const float>(c));
+        dyb, xb, gamma, scale, norm_per_row(a), norm_per_row(c));
   }
   norm_store_row(dgamma, dgamma_acc, norm_cast(cast, 1));
 }

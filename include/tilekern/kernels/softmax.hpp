@@ -171,17 +171,18 @@ void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
     // e = exp(score - m), and the row sums of e.
     if constexpr (masked) {
       scalar::activation_sum(work, column_view(sums, n), work, act::exp, 1.0f,
-                             column_view(bias, n));
+                             vector::column(column_view(bias, n)));
     } else {
       scalar::activation_sum(work, column_view(sums, n), x_block, act::exp, scale,
-                             column_view(bias, n));
+                             vector::column(column_view(bias, n)));
     }
 
     // y = e * (1 / sum); a fully masked row has sum 0 and gets factor 0.
     for (std::size_t r = 0; r < n; ++r) {
       sums[r] = maxes[r] == minus_infinity ? 0.0f : 1.0f / sums[r];
     }
-    vector::mul(vector::rounded(y_block, cast, r0 * cols, cols), work, column_view(sums, n));
+    vector::mul(vector::rounded(y_block, cast, r0 * cols, cols), work,
+                vector::column(column_view(sums, n)));
   }
 }
 
@@ -287,7 +288,7 @@ void softmax_backward(DY&& dy, Y&& y, DX&& dx, const softmax_options& options = 
     vector::map(
         vector::rounded(dx_view.block(r0, 0, n, cols), cast, r0 * cols, cols),
         [](auto, auto g, auto p, auto d, auto s) { return s * p * (g - d); }, dy_block, y_block,
-        dot, options.scale);
+        vector::column(dot), options.scale);
   }
 }
 
