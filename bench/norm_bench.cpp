@@ -107,10 +107,10 @@ void forward(benchmark::State& state, norm kind, std::size_t rows, std::size_t c
 #if TILEKERN_HAVE_ONEDNN
   std::unique_ptr<bench::onednn_layernorm> onednn;
   if (kind == norm::layer) {
-    onednn = std::make_unique<bench::onednn_layernorm>(
-        std::is_same_v<T, float> ? bench::dnnl_type::f32 : bench::dnnl_type::bf16, rows, cols, eps,
-        x.data(), gamma.data(), beta.data(), y.data());
-    others.push_back([&] { onednn->run(); });
+    onednn = bench::baseline_if_supported<bench::onednn_layernorm>(
+        state, std::is_same_v<T, float> ? bench::dnnl_type::f32 : bench::dnnl_type::bf16, rows,
+        cols, eps, x.data(), gamma.data(), beta.data(), y.data());
+    if (onednn) others.push_back([&] { onednn->run(); });
   }
 #endif
   double seconds = 0;

@@ -51,10 +51,10 @@ void forward(benchmark::State& state, std::size_t rows, std::size_t cols) {
   std::vector<std::function<void()>> others = {
       [&] { bench::copy_bytes(y.data(), x.data(), bytes); }};
 #if TILEKERN_HAVE_ONEDNN
-  bench::onednn_softmax onednn(
-      std::is_same_v<T, float> ? bench::dnnl_type::f32 : bench::dnnl_type::bf16, rows, cols,
+  const auto onednn = bench::baseline_if_supported<bench::onednn_softmax>(
+      state, std::is_same_v<T, float> ? bench::dnnl_type::f32 : bench::dnnl_type::bf16, rows, cols,
       x.data(), y.data());
-  others.push_back([&] { onednn.run(); });
+  if (onednn) others.push_back([&] { onednn->run(); });
 #endif
   double seconds = 0;
   const auto ratios = time_against(

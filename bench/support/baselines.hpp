@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -182,6 +183,19 @@ class onednn_softmax : public detail::bound_primitive {
                       {DNNL_ARG_DST, dnnl::memory(data, engine_, dst)}});
   }
 };
+
+// A oneDNN baseline for a benchmark that times it beside tilekern's kernel: made if oneDNN has
+// it for this CPU, else null, with the reason in the benchmark's label (oneDNN 2.6 has no bf16
+// layer normalisation or softmax below AVX-512), so the kernel is still measured.
+template <class Baseline, class... Args>
+std::unique_ptr<Baseline> baseline_if_supported(benchmark::State& state, Args&&... args) {
+  try {
+    return std::make_unique<Baseline>(std::forward<Args>(args)...);
+  } catch (const dnnl::error& error) {
+    state.SetLabel(std::string("no oneDNN baseline: ") + error.what());
+    return nullptr;
+  }
+}
 
 // oneDNN 2.6 matmul: dst (m x n, f32) = src (m x k) weights (k x n), src and weights in `type`,
 // all row-major in the caller's memory, which must outlive this object. The weights are reordered

@@ -12,6 +12,8 @@
 //     format y, stochastic: a value of F between the largest one <= (reference - bound) and the
 //       smallest one >= (reference + bound): one of the two neighbours of the fp32 result; the
 //       same seed gives the same bytes, another seed different ones.
+// - softmax_exp, the exponential inside: within 2 ulp of e^a 2^64 for every 61st fp32 in
+//   [-120, 0], and the same bits on the active path as on 1 lane.
 // - mixed formats (bf16 in, float out; float in, bf16 out; fp16 mask).
 // - special cases: fully masked rows give zeros (bool, additive, and -inf inputs); NaN in a row
 //   gives NaN in that row only; +inf makes its row NaN; huge (1e30) and tiny (1e-30) inputs;
@@ -24,6 +26,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -338,6 +341,56 @@ TEST_CASE("softmax forward, mixed formats and scales") {
                                      rounding::nearest_even, 14);
     forward_case<bf16, bf16>(2, cols, cols, mask_kind::none, -0.5f, rounding::nearest_even, 15);
   }
+}
+
+// softmax_exp over n inputs (a multiple of 16) on `lanes` lanes.
+template <std::size_t Lanes>
+void softmax_exps(const float* in, float* out, std::size_t n) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  const hn::Simd<float, Lanes, 0> d;
+  for (std::size_t i = 0; i < n; i += Lanes) {
+    hn::StoreU(detail::softmax_exp(d, hn::LoadU(d, in + i)), d, out + i);
+  }
+}
+
+TEST_CASE("softmax's exponential: within 2 ulp of e^a 2^64 on [-120, 0], the same bits on 1 lane") {
+  std::vector<float> a;
+  for (auto bits = std::bit_cast<std::uint32_t>(-0.0f);
+       bits <= std::bit_cast<std::uint32_t>(-120.0f); bits += 61) {
+    a.push_back(std::bit_cast<float>(bits));
+  }
+  for (float special : {-120.0f, -103.97f, -87.34f, -0x1p-149f, 0.0f, -0x1.62e43p-4f}) {
+    a.push_back(special);
+  }
+  a.resize((a.size() + 15) / 16 * 16, 0.0f);
+  std::vector<float> got(a.size()), one_lane(a.size());
+  softmax_exps<1>(a.data(), one_lane.data(), a.size());
+  const isa path = active_isa();
+  CAPTURE(name(path));
+#if HWY_TARGET <= HWY_AVX3
+  if (path >= isa::avx512) softmax_exps<16>(a.data(), got.data(), a.size());
+#endif
+#if HWY_TARGET <= HWY_AVX2
+  if (path == isa::avx2) softmax_exps<8>(a.data(), got.data(), a.size());
+#endif
+  if (path == isa::scalar) got = one_lane;
+  double worst = 0;
+  float worst_a = 0;
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double exact = std::ldexp(std::exp(static_cast<double>(a[i])), 64);
+    const double ulp = std::ldexp(1.0, std::ilogb(exact) - 23);
+    const double error = std::fabs(static_cast<double>(got[i]) - exact) / ulp;
+    if (!(error <= worst)) {
+      worst = error;
+      worst_a = a[i];
+    }
+    mismatches += std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(one_lane[i]);
+  }
+  MESSAGE("softmax_exp on " << name(path) << ": at most " << worst << " ulp (at a = " << worst_a
+                            << ") over " << a.size() << " arguments");
+  CHECK(worst <= 2.0);
+  CHECK(mismatches == 0);
 }
 
 TEST_CASE("softmax special cases") {

@@ -257,10 +257,10 @@ constexpr bool accepted_by_some_path() {
   return visit_paths([](auto... paths) { return (Accepts<decltype(paths)>::value || ...); });
 }
 
-// A batch of Path holding the values of `Path::lanes` elements at p. bf16 is widened by a shift
-// alone: NaNs keep their quiet bit (convert() quiets them), which only a float output of an
-// operator that returns its argument unchanged can show; arithmetic quiets NaNs, and so does
-// every minifloat output.
+// A batch of Path holding the values of `Path::lanes` elements at p. bf16 is widened as it is
+// (widen_bf16): a signalling NaN stays signalling (convert() quiets it), which only a float
+// output of an operator that returns its argument unchanged can show; arithmetic quiets NaNs, and
+// so does every minifloat output.
 template <class Path, class T>
 TILEKERN_GPSIMD_INLINE inline typename Path::batch load_batch(const T* p) {
   using batch = typename Path::batch;
@@ -268,12 +268,9 @@ TILEKERN_GPSIMD_INLINE inline typename Path::batch load_batch(const T* p) {
     return batch::load_unaligned(p);
   } else if constexpr (std::is_same_v<T, bf16> && Path::level != isa::scalar) {
 #if defined(TILEKERN_CONVERT_AVX2)
-    const hn::Simd<std::uint32_t, Path::lanes, 0> du;
-    const hn::Rebind<std::uint16_t, decltype(du)> d16;
-    const auto codes = hn::LoadU(d16, tilekern::detail::storage_of(p));
-    return batch(
-        hn::BitCast(hn::Simd<float, Path::lanes, 0>(), hn::ShiftLeft<16>(hn::PromoteTo(du, codes)))
-            .raw);
+    return batch(tilekern::detail::widen_bf16(hn::Simd<float, Path::lanes, 0>(),
+                                              tilekern::detail::storage_of(p))
+                     .raw);
 #endif
   } else if constexpr (Path::level == isa::scalar) {
     alignas(64) float values[Path::lanes];

@@ -84,15 +84,15 @@ HWY_INLINE hn::Vec<D> load_lanes(D d, const T* from) {
     }
   } else if constexpr (hn::MaxLanes(D()) == 1) {
     return hn::Set(d, from->to_float());
-  } else if constexpr (std::is_same_v<T, bf16>) {
-    // A shift: bf16 is the top half of fp32. Unlike decode_block it does not quiet signalling
-    // NaNs (the first arithmetic on one does, and every encoder does).
-    const hn::RebindToUnsigned<D> du;
-    const hn::Rebind<std::uint16_t, D> codes;
-    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(codes, storage_of(from)))));
   } else {
 #if defined(TILEKERN_CONVERT_AVX2)
-    return decode_block<T>(d, storage_of(from));
+    // bf16 as it is: unlike decode_block, widen_bf16 does not quiet signalling NaNs (the first
+    // arithmetic on one does, and every encoder does).
+    if constexpr (std::is_same_v<T, bf16>) {
+      return widen_bf16(d, storage_of(from));
+    } else {
+      return decode_block<T>(d, storage_of(from));
+    }
 #endif
   }
 }

@@ -15,9 +15,9 @@
 // Algorithm: one thread, blocks of rows (about 128 KiB of x and fp32 scratch per block, so that a
 // block stays in L2 between its passes), engine operations only:
 //   m = row max of the scores                    vector::row_max_of (or row_max of a scores block)
-//   e = exp(scale * x - m), sums = row sums of e  scalar::activation_sum, bias the column -m,
-//                                                 into y when y is float, else an fp32 scratch
-//                                                 block
+//   e = exp(scale * x - m) 2^64, sums = row sums of e   softmax_exp (below) in one engine pass
+//                                                 with its row sums, into y when y is float,
+//                                                 else an fp32 scratch block
 //   y = e * (1 / sum)                             vector::mul into rounded(y block)
 // With a mask the scores are first written into the scratch block (vector::map), then the same
 // three passes run over it. The backward is two passes: dot = row_sum_of(dy * y), then
@@ -25,7 +25,9 @@
 //
 // Numerics (fp32 inside). An fp32 result y32 (before y's rounding) has relative error at most
 //     (2 + |a| + 2 + k) u,   u = 2^-24, a = s - m the element's exponent,
-// against the exact softmax of the decoded inputs: 2 ulp for exp (simd/math.hpp: accuracy(exp)),
+// against the exact softmax of the decoded inputs: 2 ulp for exp (softmax_exp below; the test
+// measures at most 1.93 ulp over [-120, 0]; its results are normal, as are e and sum, so only y's
+// last rounding meets the subnormals),
 // |a| u for rounding its argument a = scale * x - m (one FMA; the error of m itself cancels, as
 // every element of the row shares it), u each for the reciprocal and the product, and
 // k u <= (ceil(cols / 64) + 6) u for the fp32 sum of e (64 partial sums on every path, then
@@ -58,15 +60,17 @@
 // supported. Shapes that do not fit throw shape_error naming the kernel, the argument and both
 // sizes, before anything is written.
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "tilekern/engine/scalar.hpp"
 #include "tilekern/engine/vector.hpp"
 #include "tilekern/error.hpp"
 #include "tilekern/tile/view.hpp"
@@ -90,6 +94,58 @@ inline void check_same_shape(const char* function, const char* argument, std::si
     throw shape_error(std::string(function) + ": " + argument + " is " + shape_text(rows, cols) +
                       ", expected " + shape_text(expected_rows, expected_cols) + " (" + what + ")");
   }
+}
+
+// 2^(j/8) 2^64 for j = 0..7, each rounded to fp32, twice (16-lane lookups read the low 4 bits).
+alignas(64) inline constexpr float softmax_exp_table[16] = {
+    0x1p64f,        0x1.172b84p64f, 0x1.306fep64f,  0x1.4bfdaep64f, 0x1.6a09e6p64f, 0x1.8ace54p64f,
+    0x1.ae89fap64f, 0x1.d5818ep64f, 0x1p64f,        0x1.172b84p64f, 0x1.306fep64f,  0x1.4bfdaep64f,
+    0x1.6a09e6p64f, 0x1.8ace54p64f, 0x1.ae89fap64f, 0x1.d5818ep64f};
+
+// softmax_exp_table[j mod 8] in each lane, j the lane's integer (its low 3 bits; on 16 lanes its
+// low 4, the table being repeated): one permute on AVX2 and AVX-512.
+template <class D>
+HWY_INLINE hn::Vec<D> softmax_exp_lookup(D d, hn::Vec<hn::RebindToSigned<D>> j) {
+  if constexpr (hn::MaxLanes(D()) == 1) {
+    return hn::Set(d, softmax_exp_table[hn::GetLane(j) & 7]);
+  } else if constexpr (hn::MaxLanes(D()) == 8) {
+    return hn::Vec<D>{_mm256_permutevar8x32_ps(_mm256_load_ps(softmax_exp_table), j.raw)};
+  } else {
+#if defined(__AVX512F__)
+    return hn::Vec<D>{_mm512_permutexvar_ps(j.raw, _mm512_load_ps(softmax_exp_table))};
+#endif
+  }
+}
+
+// e^a 2^64 for a <= 0, always an fp32 normal (a below -120 counts as -120, whose result rounds to
+// 0 once scaled back by the row sum; NaN gives a finite value: softmax_views makes such rows NaN).
+// The 2^64 keeps the exponentials of elements far below the row's max normal, so that their
+// final y = e * (1 / sum) rounds once, also into the subnormals, and costs one fp32 exponent add
+// where a general exp spends a split scaling on it.
+// a = (8k + j) ln2/8 + r, 8k + j = round(a 8/ln2) by the 1.5 * 2^23 trick inside one FMA, ln2/8
+// in two parts (the high part has 12 bits, so m * hi is exact), |r| <= ln2/16;
+// e^r = 1 + r + c2 r^2 + c3 r^3 (c2, c3 a minimax fit of the relative error: 0.43 u),
+// 2^(j/8) 2^64 from an 8-entry table, and 2^k added to the exponent field: 8k + j shifted left by
+// 20 is k in the field and j in bits 20..22, which the mask clears (the magic's bits shift out).
+// Error: within 2 ulp of e^a 2^64 on [-120, 0] (tests/kernels/softmax_test.cpp measures it on
+// every path: at most 1.93 ulp).
+template <class D>
+HWY_INLINE hn::Vec<D> softmax_exp(D d, hn::Vec<D> a) {
+  const hn::RebindToSigned<D> di;
+  const auto x = hn::Max(a, hn::Set(d, -120.0f));
+  const auto magic = hn::Set(d, 0x1.8p23f);
+  const auto shifted = hn::MulAdd(x, hn::Set(d, 0x1.715476p+3f), magic);  // magic + round(8x/ln2)
+  const auto m = hn::Sub(shifted, magic);
+  const auto r =
+      hn::NegMulAdd(m, hn::Set(d, 0x1.0bfbe8p-18f), hn::NegMulAdd(m, hn::Set(d, 0x1.62ep-4f), x));
+  const auto one = hn::Set(d, 1.0f);
+  const auto c3_r_c2 = hn::MulAdd(hn::Set(d, 0x1.555658p-3f), r, hn::Set(d, 0x1.000878p-1f));
+  const auto e_r = hn::MulAdd(hn::MulAdd(c3_r_c2, r, one), r, one);
+  const auto bits = hn::BitCast(di, shifted);
+  const auto k =
+      hn::And(hn::ShiftLeft<20>(bits), hn::Set(di, static_cast<std::int32_t>(0xff800000u)));
+  const auto scaled = hn::Mul(e_r, softmax_exp_lookup(d, bits));
+  return hn::BitCast(d, hn::Add(hn::BitCast(di, scaled), k));
 }
 
 // Rows per block: about 128 KiB of x and fp32 scratch.
@@ -123,6 +179,7 @@ constexpr bool is_boolean_mask = std::is_same_v<std::remove_const_t<M>, bool>;
 template <class X, class Mask, class Y>
 void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
                    const cast_options& cast) {
+  constexpr const char* function = "tilekern::softmax";
   const std::size_t rows = x.rows(), cols = x.cols();
   constexpr bool masked = !std::is_same_v<Mask, no_mask>;
   constexpr bool float_out = std::is_same_v<Y, float>;
@@ -165,21 +222,31 @@ void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
       vector::row_max_of(
           column_view(maxes, n), [](auto, auto v, auto s) { return v * s; }, x_block, scale);
     }
-    // A fully masked row (m = -inf) takes bias 0: its exponentials are exp(-inf) = 0, not NaN.
+    // A fully masked row (m = -inf) takes bias 0, so that its arguments are -inf, not NaN.
     for (std::size_t r = 0; r < n; ++r) bias[r] = maxes[r] == minus_infinity ? 0.0f : -maxes[r];
 
-    // e = exp(score - m), and the row sums of e.
+    // e = exp(score - m) 2^64, and the row sums of e.
+    const auto exponential = [](auto d, auto v, auto s, auto b) {
+      return softmax_exp(d, hn::MulAdd(v, s, b));
+    };
+    const auto row_bias = vector::column(column_view(bias, n));
     if constexpr (masked) {
-      scalar::activation_sum(work, column_view(sums, n), work, act::exp, 1.0f,
-                             vector::column(column_view(bias, n)));
+      vector::detail::elementwise<true>(function, {"x", "scale", "bias"}, work,
+                                        column_view(sums, n), exponential, work, 1.0f, row_bias);
     } else {
-      scalar::activation_sum(work, column_view(sums, n), x_block, act::exp, scale,
-                             vector::column(column_view(bias, n)));
+      vector::detail::elementwise<true>(function, {"x", "scale", "bias"}, work,
+                                        column_view(sums, n), exponential, x_block, scale,
+                                        row_bias);
     }
 
-    // y = e * (1 / sum); a fully masked row has sum 0 and gets factor 0.
+    // y = e * (1 / sum). A fully masked row (m = -inf) has factor 0; a row with a NaN or +inf
+    // score (m NaN or +inf) is NaN, which softmax_exp, finite for every argument, leaves to this.
     for (std::size_t r = 0; r < n; ++r) {
-      sums[r] = maxes[r] == minus_infinity ? 0.0f : 1.0f / sums[r];
+      const float m = maxes[r];
+      sums[r] = m == minus_infinity ? 0.0f
+                : !(m < std::numeric_limits<float>::infinity())
+                    ? std::numeric_limits<float>::quiet_NaN()
+                    : 1.0f / sums[r];
     }
     vector::mul(vector::rounded(y_block, cast, r0 * cols, cols), work,
                 vector::column(column_view(sums, n)));

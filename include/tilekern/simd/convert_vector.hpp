@@ -356,7 +356,19 @@ class vector_encoder {
 
   // Stores the codes of x, the elements with indices index, index + 1, ..., at out.
   HWY_INLINE void operator()(hn::Vec<D> x, storage* out, std::uint64_t index) const {
-    if constexpr (Mode == rounding::stochastic) {
+    if constexpr (std::is_same_v<F, bf16> && hn::MaxLanes(D()) == 8) {
+      // x86/bf16.hpp: the same bits as encode_generic, in fewer shift and shuffle operations.
+      const auto bits = hn::BitCast(du_, x);
+      hn::Vec<DU> increment = hn::Zero(du_);  // toward zero
+      if constexpr (Mode == rounding::stochastic) {
+        increment = hn::ShiftRight<16>(random_lanes(du_, key_, lane_steps_, index));
+      } else if constexpr (Mode == rounding::nearest_even) {
+        increment.raw = x86::bf16_nearest_increment(bits.raw);
+      }
+      const hn::Vec<DS> codes{
+          x86::bf16_from_high_halves(x86::bf16_codes_in_high_halves(bits.raw, increment.raw))};
+      hn::StoreU(saturate_infinity(codes), dstorage_, out);
+    } else if constexpr (Mode == rounding::stochastic) {
       const auto random = random_lanes(du_, key_, lane_steps_, index);
       encode_truncating(x, out, round_stochastic<hn::Vec<DU>>{random});
     } else if constexpr (Mode == rounding::toward_zero) {
@@ -447,6 +459,20 @@ class vector_encoder {
   random_key key_;
   bool saturate_;
 };
+
+// The fp32 lanes of one block of bf16 codes at `in`, NaNs as they are (decode_block quiets them;
+// the first arithmetic on a signalling NaN does too, and so does every encoder): bf16 is the top
+// half of fp32.
+template <class D>
+HWY_INLINE hn::Vec<D> widen_bf16(D d, const std::uint16_t* in) {
+  const hn::RebindToUnsigned<D> du;
+  if constexpr (hn::MaxLanes(D()) == 8) {
+    return hn::BitCast(d, hn::Vec<decltype(du)>{x86::float_bits_from_bf16(in)});
+  } else {
+    const hn::Rebind<std::uint16_t, D> codes;
+    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(codes, in))));
+  }
+}
 
 // One block of F's codes at `in` to fp32 lanes of `D`, exactly: the per-block work of
 // decode_vector.
