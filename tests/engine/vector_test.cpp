@@ -162,6 +162,21 @@ TEST_CASE("vector: add sub mul div max min, every source format") {
   });
 }
 
+TEST_CASE("vector: bf16 from bf16 sources (interleaved blocks), every rounding and broadcast") {
+  // With the destination and every loaded source bf16, the vector paths convert two blocks at a
+  // time, interleaved (engine/lanes.hpp): every element against the definition, with its index.
+  std::uint64_t seed = 2000;
+  for (binop op : all_binops) {
+    for (shape s : {shape{3, 15}, shape{7, 33}, shape{2, 100}, shape{1, 1001}}) {
+      for_each_rounding<bf16>([&](const cast_options& cast, index_config indices) {
+        for (broadcast kind : all_broadcasts) {
+          check_binary<bf16, bf16, bf16>(op, s, kind, cast, indices, ++seed);
+        }
+      });
+    }
+  }
+}
+
 // Destination, a and b in three different formats: element K of element_types with K + 1 and
 // K + 3 (cyclically).
 template <std::size_t K>

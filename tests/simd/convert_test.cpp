@@ -427,6 +427,78 @@ TEST_CASE("convert: results do not depend on the caller's MXCSR") {
   });
 }
 
+#if defined(TILEKERN_CONVERT_AVX2)
+// bf16 elements interleaved across two vectors (element 2j in lane j of the first, 2j + 1 in lane
+// j of the second), as elementwise loops over bf16 hold them: widen_bf16_interleaved gives every
+// code's fp32 bits, and vector_encoder::interleaved gives the definition's codes, element i
+// drawing its random word at first_index + i, in every mode, at index bases across 2^32 and 2^64.
+template <class D>
+void check_interleaved_bf16(D d, std::span<const float> all_inputs) {
+  namespace hn = detail::hn;
+  constexpr std::size_t lanes = hn::MaxLanes(D()), block = 2 * lanes;
+  const std::string width = std::to_string(lanes) + " lanes";
+  const auto inputs = all_inputs.first(all_inputs.size() / block * block);
+
+  std::vector<bf16> codes(0x10000);
+  for (std::size_t c = 0; c < codes.size(); ++c) {
+    codes[c] = bf16::from_bits(static_cast<std::uint16_t>(c));
+  }
+  std::size_t widen_mismatches = 0;
+  for (std::size_t i = 0; i < codes.size(); i += block) {
+    const auto [even, odd] = detail::widen_bf16_interleaved(d, detail::storage_of(&codes[i]));
+    alignas(64) float widened[2][lanes];
+    hn::Store(even, d, widened[0]);
+    hn::Store(odd, d, widened[1]);
+    for (std::size_t j = 0; j < block; ++j) {
+      const auto got = std::bit_cast<std::uint32_t>(widened[j % 2][j / 2]);
+      widen_mismatches += got != static_cast<std::uint32_t>(i + j) << 16;
+    }
+  }
+  CHECK_MESSAGE(widen_mismatches == 0, width);
+
+  for (std::uint64_t base :
+       {std::uint64_t{0}, (std::uint64_t{1} << 32) - 37, ~std::uint64_t{0} - 50}) {
+    for (rounding round : all_roundings) {
+      for (overflow on_overflow : all_overflows) {
+        const cast_options options{round, on_overflow, 0x5eed, 7};
+        const auto expected = defined_codes<bf16>(inputs, options, base);
+        guarded_buffer<bf16> out(inputs.size());
+        detail::visit_rounding(round, [&](auto mode) {
+          const detail::vector_encoder<bf16, D, decltype(mode)::value> encode(d, options);
+          for (std::size_t i = 0; i < inputs.size(); i += block) {
+            alignas(64) float even[lanes], odd[lanes];
+            for (std::size_t j = 0; j < lanes; ++j) {
+              even[j] = inputs[i + 2 * j];
+              odd[j] = inputs[i + 2 * j + 1];
+            }
+            encode.interleaved(hn::Load(d, even), hn::Load(d, odd),
+                               detail::storage_of(out.data() + i), base + i);
+          }
+        });
+        std::size_t mismatches = 0, first = 0;
+        for (std::size_t i = 0; i < inputs.size(); ++i) {
+          if (out[i].bits() != expected[i] && mismatches++ == 0) first = i;
+        }
+        CHECK_MESSAGE(mismatches == 0, width, " ", name(round), " ", name(on_overflow), " base ",
+                      base, ": ", mismatches, " differ; first input ",
+                      hex(std::bit_cast<std::uint32_t>(inputs[first])), " gives ",
+                      hex(out[first].bits()), ", defined ", hex(expected[first]));
+      }
+    }
+  }
+}
+
+TEST_CASE("convert: bf16 interleaved across two vectors widens and encodes as defined") {
+  auto inputs = boundary_inputs<bf16>();
+  const auto random = random_inputs<bf16>(4096, 6);
+  inputs.insert(inputs.end(), random.begin(), random.end());
+  check_interleaved_bf16(detail::avx2_lanes(), inputs);
+#if defined(TILEKERN_CONVERT_AVX512)
+  check_interleaved_bf16(detail::avx512_lanes(), inputs);
+#endif
+}
+#endif
+
 TEST_CASE("convert: spans of different sizes throw shape_error before writing") {
   std::vector<float> wide(17, 1.0f);
   std::vector<fp16> narrow(16, fp16::from_bits(0x1234));

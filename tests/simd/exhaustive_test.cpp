@@ -1,6 +1,7 @@
 // Every fp32 input for bf16 and fp16, in nearest-even and toward-zero with both overflow modes:
-// minifloat::from against an independent reference, the bulk convert() on every ISA path, and
-// the hardware conversions where the CPU has them. And every code of both through every path.
+// minifloat::from against an independent reference, the bulk convert() on every ISA path, bf16's
+// interleaved encoder (elementwise loops) at every vector width, and the hardware conversions
+// where the CPU has them. And every code of both through every path.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -189,6 +190,34 @@ void check_hardware(chunk<F>& work) {
   (void)work;
 }
 
+#if defined(TILEKERN_CONVERT_AVX2)
+// vector_encoder::interleaved (elementwise loops over bf16) at the lanes of D, in every mode: the
+// chunk regrouped into blocks of 2 * lanes, each block its even elements, then its odd ones.
+template <class D>
+void check_interleaved(D d, chunk<bf16>& work) {
+  namespace hn = detail::hn;
+  constexpr std::size_t lanes = hn::MaxLanes(D());
+  std::vector<float> regrouped(chunk_size);
+  for (std::size_t i = 0; i < chunk_size; i += 2 * lanes) {
+    for (std::size_t j = 0; j < 2 * lanes; ++j) {
+      regrouped[i + (j % 2) * lanes + j / 2] = work.input[i + j];
+    }
+  }
+  const std::string label = "interleaved encoder, " + std::to_string(lanes) + " lanes";
+  for (std::size_t c = 0; c < 4; ++c) {
+    const cast_options options{modes[c].round, modes[c].on_overflow};
+    detail::visit_rounding(options.round, [&](auto mode) {
+      const detail::vector_encoder<bf16, D, decltype(mode)::value> encode(d, options);
+      for (std::size_t i = 0; i < chunk_size; i += 2 * lanes) {
+        encode.interleaved(hn::LoadU(d, &regrouped[i]), hn::LoadU(d, &regrouped[i + lanes]),
+                           &work.hardware[i], i);
+      }
+    });
+    compare<bf16>(work, work.hardware, c, label.c_str(), work.failures);
+  }
+}
+#endif
+
 // from() with the modes as constants, so that the check itself is cheap.
 template <class F, rounding Round, overflow OnOverflow>
 void from_each(const std::vector<float>& input, std::vector<std::uint16_t>& output) {
@@ -231,6 +260,14 @@ mismatches sweep() {
           compare<F>(work, work.hardware, c, "from", work.failures);
         }
         check_hardware<F>(work);
+#if defined(TILEKERN_CONVERT_AVX2)
+        if constexpr (std::is_same_v<F, bf16>) {
+          check_interleaved(detail::avx2_lanes(), work);
+#if defined(TILEKERN_CONVERT_AVX512)
+          check_interleaved(detail::avx512_lanes(), work);
+#endif
+        }
+#endif
         for (isa level : levels) {
           sync.arrive_and_wait();  // both threads are done with the previous path
           if (t == 0) set_isa_cap(level);

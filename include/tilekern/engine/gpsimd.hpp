@@ -37,7 +37,9 @@
 // options.local_bytes per core, and throw shape_error if those do not fit.
 //
 // An operator must treat lanes independently (elementwise) and be safe to call from several
-// threads at once. An exception it throws is rethrown to the caller, after every core has
+// threads at once: when every tensor of an elementwise call is bf16, a batch holds every other
+// element (a block's even elements, then its odd ones, in two calls), which widens and narrows
+// bf16 without shuffles. An exception it throws is rethrown to the caller, after every core has
 // stopped; outputs may then be partly written.
 
 #include <algorithm>
@@ -285,6 +287,18 @@ TILEKERN_GPSIMD_INLINE inline typename Path::batch load_batch(const T* p) {
   }
 }
 
+// Two batches of a vector Path holding the 2 * Path::lanes bf16 elements at p interleaved: element
+// 2j in lane j of the first, element 2j + 1 in lane j of the second (widen_bf16_interleaved).
+template <class Path>
+TILEKERN_GPSIMD_INLINE inline std::pair<typename Path::batch, typename Path::batch>
+load_interleaved([[maybe_unused]] const bf16* p) {
+#if defined(TILEKERN_CONVERT_AVX2)
+  const auto [even, odd] = tilekern::detail::widen_bf16_interleaved(
+      hn::Simd<float, Path::lanes, 0>(), tilekern::detail::storage_of(p));
+  return {typename Path::batch(even.raw), typename Path::batch(odd.raw)};
+#endif
+}
+
 // Stores batches of Path as T, rounding in Mode: a batch stored with index i gives element j the
 // random bits of index i + j.
 template <class Path, class T, rounding Mode>
@@ -323,6 +337,14 @@ requires(minifloat_format<T>&& Path::level != isa::scalar) class batch_writer<Pa
   TILEKERN_GPSIMD_INLINE void operator()(typename Path::batch x, T* p, std::uint64_t index) const {
     using register_type = typename Path::batch::register_type;
     encode_(hn::Vec<lanes>{static_cast<register_type>(x)}, tilekern::detail::storage_of(p), index);
+  }
+  // The batches of load_interleaved, stored as 2 * Path::lanes elements from index on (bf16 only).
+  TILEKERN_GPSIMD_INLINE void interleaved(typename Path::batch even, typename Path::batch odd, T* p,
+                                          std::uint64_t index) const {
+    using register_type = typename Path::batch::register_type;
+    encode_.interleaved(hn::Vec<lanes>{static_cast<register_type>(even)},
+                        hn::Vec<lanes>{static_cast<register_type>(odd)},
+                        tilekern::detail::storage_of(p), index);
   }
 
  private:
@@ -513,30 +535,59 @@ TILEKERN_GPSIMD_INLINE inline auto as_tuple(Result&& result) {
   }
 }
 
-// n elements of each tensor from the pointers on, the first with index `first`: whole batches,
-// then a last partial batch staged through zero-filled buffers, so that nothing outside the n
-// elements is touched.
+// Whether elementwise blocks hold their elements interleaved (load_interleaved): when every tensor
+// is bf16, on the vector paths. Converting in order takes 4 shuffles and shifts per 8 bf16 lanes on
+// avx2 (where they share two ports), interleaved 1.
+template <class Path, class... T>
+constexpr bool interleaved_blocks = Path::level != isa::scalar && (std::is_same_v<T, bf16> && ...);
+
+// n elements of each tensor from the pointers on, the first with index `first`: whole blocks (a
+// batch, or two interleaved ones), then a last partial block staged through zero-filled buffers,
+// so that nothing outside the n elements is touched.
 template <class Path, class Op, class... In, class... Out, class Writers>
 void elementwise_segment(Op& op, std::tuple<const In*...> in, std::tuple<Out*...> out,
                          const Writers& shared_writers, std::size_t n, std::uint64_t first) {
-  constexpr std::size_t lanes = Path::lanes;
+  constexpr bool interleaved = interleaved_blocks<Path, In..., Out...>;
+  constexpr std::size_t lanes = interleaved ? 2 * Path::lanes : Path::lanes;
   const Writers writers = shared_writers;  // a local copy, which the compiler keeps in registers
-  const auto block = [&](std::tuple<const In*...> from, std::tuple<Out*...> to,
-                         std::uint64_t index) TILEKERN_GPSIMD_INLINE {
-    auto results =
-        as_tuple(std::apply([&](const auto*... p) { return op(load_batch<Path>(p)...); }, from));
+  const auto call = [&](const auto&... batches) TILEKERN_GPSIMD_INLINE {
+    auto results = as_tuple(op(batches...));
     static_assert(std::tuple_size_v<decltype(results)> == sizeof...(Out),
                   "tilekern::gpsimd::elementwise: the operator returns a different number of "
                   "batches than there are outputs (return a std::tuple for several outputs)");
-    for_indices(std::index_sequence_for<Out...>(), [&](auto k) TILEKERN_GPSIMD_INLINE {
-      std::get<k>(writers)(typename Path::batch(std::get<k>(results)), std::get<k>(to), index);
-    });
+    return results;
+  };
+  const auto block = [&](std::tuple<const In*...> from, std::tuple<Out*...> to,
+                         std::uint64_t index) TILEKERN_GPSIMD_INLINE {
+    using batch = typename Path::batch;
+    if constexpr (interleaved) {
+      const auto pairs = std::apply(
+          [](const auto*... p) { return std::make_tuple(load_interleaved<Path>(p)...); }, from);
+      auto even = std::apply([&](const auto&... pair) { return call(pair.first...); }, pairs);
+      auto odd = std::apply([&](const auto&... pair) { return call(pair.second...); }, pairs);
+      for_indices(std::index_sequence_for<Out...>(), [&](auto k) TILEKERN_GPSIMD_INLINE {
+        std::get<k>(writers).interleaved(batch(std::get<k>(even)), batch(std::get<k>(odd)),
+                                         std::get<k>(to), index);
+      });
+    } else {
+      auto results =
+          std::apply([&](const auto*... p) { return call(load_batch<Path>(p)...); }, from);
+      for_indices(std::index_sequence_for<Out...>(), [&](auto k) TILEKERN_GPSIMD_INLINE {
+        std::get<k>(writers)(batch(std::get<k>(results)), std::get<k>(to), index);
+      });
+    }
   };
   const auto advance = [](auto pointers, std::size_t i) {
     return std::apply([&](auto*... p) { return std::tuple(p + i...); }, pointers);
   };
   std::size_t i = 0;
-  for (; i + lanes <= n; i += lanes) block(advance(in, i), advance(out, i), first + i);
+  // The pointers as locals whose address is never taken, so that they stay in registers: the
+  // tail below takes in's and out's, and a vector store may alias anything whose address is taken.
+  for (auto [from, to] = std::pair(in, out); i + lanes <= n; i += lanes) {
+    block(from, to, first + i);
+    from = advance(from, lanes);
+    to = advance(to, lanes);
+  }
   if (i == n) return;
   const std::size_t rest = n - i;
   std::tuple<std::array<In, lanes>...> in_tail{};

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "tilekern/simd/isa.hpp"
 #include "tilekern/types/minifloat.hpp"
@@ -130,16 +131,18 @@ HWY_INLINE hn::Vec<DU> random_mix(DU du, hn::Vec<DU> x) {
   return x ^ hn::ShiftRight<15>(x);
 }
 
-// Lane j: random_bits(key, index + j) = mix(counter(index) + j * step), with lane_steps holding
-// j * step. Where the low words of the indices wrap past 2^32 within the vector (once per 2^32
-// elements), the lanes after the wrap also add high_step, the Weyl step of the high word.
-template <class DU>
+// Lane j: random_bits(key, index + j * Stride) = mix(counter(index) + j * Stride * step), with
+// lane_steps holding j * Stride * step. Where the low words of the indices wrap past 2^32 within
+// the vector (once per 2^32 elements), the lanes after the wrap also add high_step, the Weyl step
+// of the high word.
+template <std::uint32_t Stride = 1, class DU>
 HWY_INLINE hn::Vec<DU> random_lanes(DU du, random_key key, hn::Vec<DU> lane_steps,
                                     std::uint64_t index) {
   auto counter = hn::Set(du, key.counter(index)) + lane_steps;
   const auto low_first = static_cast<std::uint32_t>(index);
-  if (low_first > ~0u - (hn::MaxLanes(du) - 1)) [[unlikely]] {
-    const auto wrapped = hn::Set(du, low_first) + hn::Iota(du, 0) < hn::Set(du, low_first);
+  if (low_first > ~0u - Stride * (hn::MaxLanes(du) - 1)) [[unlikely]] {
+    const auto offsets = hn::Iota(du, 0) * hn::Set(du, Stride);
+    const auto wrapped = hn::Set(du, low_first) + offsets < hn::Set(du, low_first);
     counter = counter + hn::IfThenElseZero(wrapped, hn::Set(du, random_key::high_step));
   }
   return random_mix(du, counter);
@@ -354,6 +357,42 @@ class vector_encoder {
         key_(random_key::from(options.seed, options.stream)),
         saturate_(options.on_overflow == overflow::saturate) {}
 
+  // Stores the codes of 2 * lanes bf16 elements, from index on, given interleaved: lane j of even
+  // holds element 2j, lane j of odd element 2j + 1 (as widen_bf16_interleaved loads them). Each
+  // word of the output is then one even lane's code below one odd lane's, which a shift and a
+  // mask put together without shuffles. The same bits as operator() element by element.
+  HWY_INLINE void interleaved(hn::Vec<D> even, hn::Vec<D> odd, storage* out,
+                              std::uint64_t index) const requires std::is_same_v<F, bf16> {
+    // As x86::bf16_codes_in_high_halves, in Highway's operations: the code in the high half.
+    const auto rounded = [&](hn::Vec<D> x, std::uint64_t first) TILEKERN_INLINE_LAMBDA {
+      const auto bits = hn::BitCast(du_, x);
+      hn::Vec<DU> increment = hn::Zero(du_);  // toward zero
+      if constexpr (Mode == rounding::stochastic) {
+        increment =
+            hn::ShiftRight<16>(random_lanes<2>(du_, key_, lane_steps_ + lane_steps_, first));
+      } else if constexpr (Mode == rounding::nearest_even) {
+        const auto lsb = hn::Set(du_, 0x10000u);  // the kept lsb, tested without a shift
+        increment = hn::Set(du_, 0x7fffu) - hn::VecFromMask(du_, (bits & lsb) == lsb);
+      }
+      return bits + increment;
+    };
+    const auto quieted = [&](hn::Vec<D> x, hn::Vec<DU> codes) TILEKERN_INLINE_LAMBDA {
+      const auto bits = hn::BitCast(du_, x);
+      return hn::IfThenElse(hn::RebindMask(du_, hn::IsNaN(x)), bits | hn::Set(du_, 0x400000u),
+                            codes);
+    };
+    auto even_codes = rounded(even, index), odd_codes = rounded(odd, index + 1);
+    // NaNs are rare: only a block whose sum has one (a NaN lane, or inf - inf) takes the select.
+    // Neither a NaN test nor a sum's NaN-ness depends on MXCSR.
+    if (!hn::AllFalse(D(), hn::IsNaN(even + odd))) [[unlikely]] {
+      even_codes = quieted(even, even_codes);
+      odd_codes = quieted(odd, odd_codes);
+    }
+    const auto words = hn::ShiftRight<16>(even_codes) | (odd_codes & hn::Set(du_, 0xffff0000u));
+    const hn::Repartition<storage, DU> dcodes;
+    hn::StoreU(saturate_infinity(hn::BitCast(dcodes, words)), dcodes, out);
+  }
+
   // Stores the codes of x, the elements with indices index, index + 1, ..., at out.
   HWY_INLINE void operator()(hn::Vec<D> x, storage* out, std::uint64_t index) const {
     if constexpr (std::is_same_v<F, bf16> && hn::MaxLanes(D()) == 8) {
@@ -445,11 +484,13 @@ class vector_encoder {
   }
 
   // Saturating turns each +-inf code into +-max, the code just below it.
-  HWY_INLINE hn::Vec<DS> saturate_infinity(hn::Vec<DS> codes) const {
+  template <class V>
+  HWY_INLINE V saturate_infinity(V codes) const {
     if (!saturate_) return codes;
-    const auto infinity = hn::Set(dstorage_, static_cast<storage>(F::infinity_code));
-    const auto magnitude = codes & hn::Set(dstorage_, static_cast<storage>(F::magnitude_mask));
-    return codes + hn::VecFromMask(dstorage_, magnitude == infinity);  // all ones = -1
+    const hn::DFromV<V> dcodes;
+    const auto infinity = hn::Set(dcodes, static_cast<storage>(F::infinity_code));
+    const auto magnitude = codes & hn::Set(dcodes, static_cast<storage>(F::magnitude_mask));
+    return codes + hn::VecFromMask(dcodes, magnitude == infinity);  // all ones = -1
   }
 
   static constexpr DU du_{};
@@ -472,6 +513,20 @@ HWY_INLINE hn::Vec<D> widen_bf16(D d, const std::uint16_t* in) {
     const hn::Rebind<std::uint16_t, D> codes;
     return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(codes, in))));
   }
+}
+
+// Two blocks of bf16 codes at `in` (2 * lanes of them) as fp32 lanes, interleaved: lane j of the
+// first holds element 2j, lane j of the second element 2j + 1; NaNs as they are (widen_bf16). Each
+// 32-bit word holds one of each, so a shift and a mask widen them, with none of the shuffles that
+// keep elements in order. For loops that treat elements independently (elementwise), with every
+// operand in this layout; vector_encoder::interleaved stores it.
+template <class D>
+HWY_INLINE std::pair<hn::Vec<D>, hn::Vec<D>> widen_bf16_interleaved(D d, const std::uint16_t* in) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::Repartition<std::uint16_t, decltype(du)> dcodes;
+  const auto words = hn::BitCast(du, hn::LoadU(dcodes, in));
+  return {hn::BitCast(d, hn::ShiftLeft<16>(words)),
+          hn::BitCast(d, words & hn::Set(du, 0xffff0000u))};
 }
 
 // One block of F's codes at `in` to fp32 lanes of `D`, exactly: the per-block work of
