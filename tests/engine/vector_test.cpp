@@ -162,15 +162,20 @@ TEST_CASE("vector: add sub mul div max min, every source format") {
   });
 }
 
-TEST_CASE("vector: bf16 from bf16 sources (interleaved blocks), every rounding and broadcast") {
-  // With the destination and every loaded source bf16, the vector paths convert two blocks at a
-  // time, interleaved (engine/lanes.hpp): every element against the definition, with its index.
+TEST_CASE("vector: bf16 from bf16 and float sources (interleaved blocks), every rounding") {
+  // With a bf16 destination and bf16 sources, float rows and float columns, the vector paths
+  // convert two blocks at a time, interleaved (engine/lanes.hpp), a float row read from a copy in
+  // that order; a float source of the destination's shape keeps the blocks in order. Every element
+  // against the definition, with its index. At 8 and 16 lanes, 57 columns end in a pair of blocks,
+  // one block in order and a tail.
   std::uint64_t seed = 2000;
   for (binop op : all_binops) {
-    for (shape s : {shape{3, 15}, shape{7, 33}, shape{2, 100}, shape{1, 1001}}) {
+    for (shape s : {shape{3, 15}, shape{7, 33}, shape{2, 57}, shape{2, 100}, shape{1, 1001}}) {
       for_each_rounding<bf16>([&](const cast_options& cast, index_config indices) {
         for (broadcast kind : all_broadcasts) {
           check_binary<bf16, bf16, bf16>(op, s, kind, cast, indices, ++seed);
+          check_binary<bf16, bf16, float>(op, s, kind, cast, indices, ++seed);
+          check_binary<bf16, float, bf16>(op, s, kind, cast, indices, ++seed);
         }
       });
     }

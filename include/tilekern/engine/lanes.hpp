@@ -168,11 +168,17 @@ struct operand {
       if constexpr (Kind == along::constant) return splat;
       if constexpr (Kind != along::constant) return load_partial(d, row + c, n);
     }
-    // Two blocks from c on, interleaved (bf16 operands; see map_rows).
+    // Two blocks from c on, interleaved (see map_rows): bf16 codes as they are, a float row from
+    // its copy in that order (with_interleaved_rows).
     HWY_INLINE std::pair<hn::Vec<D>, hn::Vec<D>> load_interleaved(D d, std::size_t c) const {
       if constexpr (Kind == along::constant) return {splat, splat};
+      if constexpr (Kind != along::constant && std::is_same_v<T, float>) {
+        return {hn::LoadU(d, row + c), hn::LoadU(d, row + c + hn::MaxLanes(d))};
+      }
 #if defined(TILEKERN_CONVERT_AVX2)
-      if constexpr (Kind != along::constant) return widen_bf16_interleaved(d, storage_of(row + c));
+      if constexpr (Kind != along::constant && std::is_same_v<T, bf16>) {
+        return widen_bf16_interleaved(d, storage_of(row + c));
+      }
 #endif
     }
   };
@@ -348,8 +354,9 @@ class lane_store {
     encode(d, x, to_.data() + r * to_.stride() + c, index(r, c));
   }
   // Two blocks from c on, interleaved (bf16; see map_rows).
-  HWY_INLINE void store_interleaved(hn::Vec<D> even, hn::Vec<D> odd, std::size_t r,
-                                    std::size_t c) const {
+  HWY_INLINE void store_interleaved([[maybe_unused]] hn::Vec<D> even,
+                                    [[maybe_unused]] hn::Vec<D> odd, [[maybe_unused]] std::size_t r,
+                                    [[maybe_unused]] std::size_t c) const {
 #if defined(TILEKERN_CONVERT_AVX2)
     if constexpr (std::is_same_v<T, bf16> && hn::MaxLanes(D()) > 1) {
       auto* out = storage_of(to_.data() + r * to_.stride() + c);
@@ -474,15 +481,62 @@ HWY_INLINE float reduce_lanes(D d, hn::Vec<D> x) {
 // the adds from waiting on each other.
 inline constexpr std::size_t reduce_slots = 64;
 
-// Whether map_rows runs interleaved blocks on lanes D: two blocks at a time, lane j of the first
-// holding element 2j, of the second element 2j + 1 (widen_bf16_interleaved), when the destination
-// and every operand it loads are bf16 and no reduction follows the element order. Converting in
-// order takes 4 shuffles and shifts per 8 bf16 lanes on avx2 (where they share two ports),
-// interleaved 1; f treats lanes independently, so the results are the same.
+// Whether map_rows may run interleaved blocks on lanes D: two blocks at a time, lane j of the
+// first holding element 2j, of the second element 2j + 1 (widen_bf16_interleaved), when the
+// destination is bf16, no reduction follows the element order, and every operand it loads is bf16
+// or float. Converting bf16 in order takes 4 shuffles and shifts per 8 lanes on avx2 (where they
+// share two ports), interleaved 1; f treats lanes independently, so the results are the same.
+// A float operand qualifies at run time (interleavable): when it is the same row for every r, read
+// from a copy in the interleaved order (with_interleaved_rows), or one value per row; a float
+// operand that varies by row would need two shuffles per vector, and keeps the blocks in order.
 template <bool Reduce, class D, class Out, class... Operands>
 constexpr bool interleaved_rows = !Reduce && hn::MaxLanes(D()) > 1 && std::is_same_v<Out, bf16> &&
                                   ((Operands::kind == along::constant ||
-                                    std::is_same_v<typename Operands::element, bf16>)&&...);
+                                    std::is_same_v<typename Operands::element, bf16> ||
+                                    std::is_same_v<typename Operands::element, float>)&&...);
+
+// Whether `operand` can be loaded in interleaved blocks (see interleaved_rows).
+template <class Op>
+bool interleavable(const Op& operand) {
+  if constexpr (Op::kind != along::constant && std::is_same_v<typename Op::element, float>) {
+    return operand.row_step == 0 || operand.col_step == 0;
+  }
+  return true;
+}
+
+// body(operands...), each float operand that is one row for every r read from a copy in the order
+// interleaved blocks load it: for the pair of blocks from c on, elements c, c + 2, ... (the first
+// block's lanes), then c + 1, c + 3, ...; the elements after the last pair stay in order.
+template <class D, class Body, class... Operands>
+void with_interleaved_rows(D, std::size_t cols, Body&& body, const Operands&... operands) {
+  constexpr std::size_t lanes = hn::MaxLanes(D());
+  const auto copy = [cols](const auto& operand) {
+    using Op = std::remove_cvref_t<decltype(operand)>;
+    std::unique_ptr<float[]> ordered;
+    if constexpr (Op::kind != along::constant && std::is_same_v<typename Op::element, float>) {
+      if (operand.row_step == 0 && operand.col_step == 1) {
+        ordered = std::make_unique<float[]>(cols);
+        std::size_t c = 0;
+        for (; c + 2 * lanes <= cols; c += 2 * lanes) {
+          for (std::size_t j = 0; j < lanes; ++j) {
+            ordered[c + j] = operand.data[c + 2 * j];
+            ordered[c + lanes + j] = operand.data[c + 2 * j + 1];
+          }
+        }
+        std::copy(operand.data + c, operand.data + cols, ordered.get() + c);
+      }
+    }
+    return ordered;
+  };
+  const auto reading = [](auto operand, const std::unique_ptr<float[]>& ordered) {
+    if constexpr (std::is_same_v<typename decltype(operand)::element, float>) {
+      if (ordered) operand.data = ordered.get();
+    }
+    return operand;
+  };
+  const auto copies = std::make_tuple(copy(operands)...);
+  std::apply([&](const auto&... ordered) { body(reading(operands, ordered)...); }, copies);
+}
 
 // The row loop of every elementwise operation: for each element (r, c) of `to`,
 //   x = f(d, lanes of each operand),  to(r, c) = x rounded,  and with Reduce,
@@ -500,9 +554,13 @@ void map_rows(const destination<Out>& to, column_out sums, F&& f, const Operands
     }
     return;
   }
-  const auto rows_of = [&](auto d, const auto&... sources) {
+  const auto rows_of = [&](auto d, auto interleave, const auto&... sources) {
     using D = decltype(d);
     constexpr std::size_t lanes = hn::MaxLanes(D()), chains = reduce_slots / lanes;
+    // The loop bound as a local of this loop: a vector store may alias anything whose address is
+    // taken, and the enclosing function's are (this lambda captures them), so they would be read
+    // again after every block.
+    const std::size_t cols = to.to.cols();
     const lane_store<Out, D> out(d, to);
     for (std::size_t r = 0; r < rows; ++r) {
       const auto cursors = std::make_tuple(sources.at_row(d, r)...);
@@ -523,7 +581,7 @@ void map_rows(const destination<Out>& to, column_out sums, F&& f, const Operands
         }
       };
       std::size_t c = 0;
-      if constexpr (interleaved_rows<Reduce, D, Out, std::remove_cvref_t<decltype(sources)>...>) {
+      if constexpr (decltype(interleave)::value) {
         for (; c + 2 * lanes <= cols; c += 2 * lanes) {
           const auto pairs = std::apply(
               [&](const auto&... cursor) {
@@ -567,8 +625,26 @@ void map_rows(const destination<Out>& to, column_out sums, F&& f, const Operands
       }
     }
   };
+  // rows_of(d, interleave, ...): interleave is std::true_type where interleaved blocks apply. A
+  // compile-time flag, so that each row loop is compiled for exactly the blocks it runs: a run-time
+  // one made gcc 12 spill registers in the activation loops (silu and gelu_tanh bf16 9-14% slower).
+  const auto run = [&](auto d, const auto&... sources) {
+    using D = decltype(d);
+    if constexpr (interleaved_rows<Reduce, D, Out, Operands...>) {
+      constexpr bool no_float_rows = ((Operands::kind == along::constant ||
+                                       !std::is_same_v<typename Operands::element, float>)&&...);
+      if constexpr (no_float_rows) {
+        return rows_of(d, std::true_type(), sources...);
+      } else if ((interleavable(sources) && ...)) {
+        return with_interleaved_rows(
+            d, cols, [&](const auto&... reordered) { rows_of(d, std::true_type(), reordered...); },
+            sources...);
+      }
+    }
+    rows_of(d, std::false_type(), sources...);
+  };
   with_repeat_scratch(
-      cols, [&](const auto&... sources) { visit_lanes([&](auto d) { rows_of(d, sources...); }); },
+      cols, [&](const auto&... sources) { visit_lanes([&](auto d) { run(d, sources...); }); },
       operands...);
 }
 
