@@ -536,8 +536,7 @@ TILEKERN_GPSIMD_INLINE inline auto as_tuple(Result&& result) {
 }
 
 // Whether elementwise blocks hold their elements interleaved (load_interleaved): when every tensor
-// is bf16, on the vector paths. Converting in order takes 4 shuffles and shifts per 8 bf16 lanes on
-// avx2 (where they share two ports), interleaved 1.
+// is bf16, on the vector paths (why: widen_bf16_interleaved).
 template <class Path, class... T>
 constexpr bool interleaved_blocks = Path::level != isa::scalar && (std::is_same_v<T, bf16> && ...);
 

@@ -484,8 +484,8 @@ inline constexpr std::size_t reduce_slots = 64;
 // Whether map_rows may run interleaved blocks on lanes D: two blocks at a time, lane j of the
 // first holding element 2j, of the second element 2j + 1 (widen_bf16_interleaved), when the
 // destination is bf16, no reduction follows the element order, and every operand it loads is bf16
-// or float. Converting bf16 in order takes 4 shuffles and shifts per 8 lanes on avx2 (where they
-// share two ports), interleaved 1; f treats lanes independently, so the results are the same.
+// or float (why: widen_bf16_interleaved); f treats lanes independently, so the results are the
+// same.
 // A float operand qualifies at run time (interleavable): when it is the same row for every r, read
 // from a copy in the interleaved order (with_interleaved_rows), or one value per row; a float
 // operand that varies by row would need two shuffles per vector, and keeps the blocks in order.
@@ -631,9 +631,9 @@ void map_rows(const destination<Out>& to, column_out sums, F&& f, const Operands
   const auto run = [&](auto d, const auto&... sources) {
     using D = decltype(d);
     if constexpr (interleaved_rows<Reduce, D, Out, Operands...>) {
-      constexpr bool no_float_rows = ((Operands::kind == along::constant ||
-                                       !std::is_same_v<typename Operands::element, float>)&&...);
-      if constexpr (no_float_rows) {
+      constexpr bool loads_no_float = ((Operands::kind == along::constant ||
+                                        !std::is_same_v<typename Operands::element, float>)&&...);
+      if constexpr (loads_no_float) {
         return rows_of(d, std::true_type(), sources...);
       } else if ((interleavable(sources) && ...)) {
         return with_interleaved_rows(

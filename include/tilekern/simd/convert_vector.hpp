@@ -518,8 +518,10 @@ HWY_INLINE hn::Vec<D> widen_bf16(D d, const std::uint16_t* in) {
 // Two blocks of bf16 codes at `in` (2 * lanes of them) as fp32 lanes, interleaved: lane j of the
 // first holds element 2j, lane j of the second element 2j + 1; NaNs as they are (widen_bf16). Each
 // 32-bit word holds one of each, so a shift and a mask widen them, with none of the shuffles that
-// keep elements in order. For loops that treat elements independently (elementwise), with every
-// operand in this layout; vector_encoder::interleaved stores it.
+// keep elements in order (on avx2, where shifts and shuffles share two ports, widening and
+// narrowing in order take 4 of them per 8 lanes, interleaved 1). For loops that treat elements
+// independently (elementwise), with every operand in this layout; vector_encoder::interleaved
+// stores it.
 template <class D>
 HWY_INLINE std::pair<hn::Vec<D>, hn::Vec<D>> widen_bf16_interleaved(D d, const std::uint16_t* in) {
   const hn::RebindToUnsigned<D> du;
