@@ -47,12 +47,12 @@ inline double gamma(std::size_t k) {
 }
 
 // The number of roundings an engine row reduction applies to one element of a row of n
-// (engine/lanes.hpp, reduce_slots): on every path each of 64 partial sums adds at most
-// ceil(n / 64) elements to a zero accumulator (the first add is exact), then the partials are
-// combined in a tree of log2(64) = 6 levels.
-inline std::size_t row_sum_roundings(std::size_t n) {
-  const std::size_t per_slot = (n + 63) / 64;
-  return (per_slot == 0 ? 0 : per_slot - 1) + 6;
+// (engine/lanes.hpp, reduce_slots): on every path each of 64 partial sums (32 for each of the
+// two of row_sums_of) adds at most ceil(n / slots) elements to a zero accumulator (the first add
+// is exact), then the partials are combined in a tree of log2(slots) levels.
+inline std::size_t row_sum_roundings(std::size_t n, std::size_t slots = 64) {
+  const std::size_t per_slot = (n + slots - 1) / slots;
+  return (per_slot == 0 ? 0 : per_slot - 1) + static_cast<std::size_t>(std::bit_width(slots) - 1);
 }
 
 // The output element for an fp32 result x: the format's scalar definition, or x itself.

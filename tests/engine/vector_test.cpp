@@ -771,6 +771,51 @@ TEST_CASE("vector: row_sum_of and row_max_of an expression with broadcasts") {
   });
 }
 
+TEST_CASE("vector: row_sums_of gives two sums of one pass") {
+  for_each_element_type([]<class T>() {
+    for (shape s : reduction_shapes) {
+      tensor<T> x(s.rows, s.cols, s.cols + 2);
+      fill_signed(x, s.cols + 5);
+      source<bf16> m(broadcast::column, s.rows, s.cols, 6);
+      source<fp16> w(broadcast::row, s.rows, s.cols, 7);
+      tensor<float> products(s.rows, 1, 2);
+      std::vector<float> squares(s.rows);
+      // products[r] = sum_c x * w; squares[r] = sum_c (x - m)^2.
+      vector::row_sums_of(
+          products.v(), squares,
+          [](auto, auto a, auto b, auto c) {
+            const auto deviation = a - c;
+            return std::pair(a * b, deviation * deviation);
+          },
+          x.cv(), w.data().cv(), m.data().cv());
+      // 32 partials for each sum; a product rounds once, a square of a difference twice.
+      const std::size_t k = row_sum_roundings(s.cols, 32);
+      for (std::size_t r = 0; r < s.rows; ++r) {
+        double product_sum = 0, product_magnitude = 0, square_sum = 0;
+        for (std::size_t c = 0; c < s.cols; ++c) {
+          const double p = value_of(x(r, c)) * w.at(r, c);
+          const double deviation = value_of(x(r, c)) - m.at(r, c);
+          product_sum += p;
+          product_magnitude += std::fabs(p);
+          square_sum += deviation * deviation;
+        }
+        INFO(type_name<T>(), " ", shape_name(s.rows, s.cols), " row ", r);
+        CHECK(std::fabs(products(r, 0) - product_sum) <= gamma(k + 1) * product_magnitude);
+        CHECK(std::fabs(squares[r] - square_sum) <= gamma(k + 2) * square_sum);
+      }
+      CHECK(products.gaps_untouched());
+    }
+  });
+  // An empty row: both sums 0.
+  tensor<float> x(3, 4);
+  std::vector<float> first(3, 42.0f), second(3, 42.0f);
+  vector::row_sums_of(
+      first, second, [](auto, auto v) { return std::pair(v, v); },
+      view<const float>(x.cv().data(), 3, 0, 4));
+  CHECK(first == std::vector<float>{0, 0, 0});
+  CHECK(second == std::vector<float>{0, 0, 0});
+}
+
 TEST_CASE("vector: col_sum_of accumulates over blocks of rows") {
   for_each_element_type([]<class T>() {
     for (shape s : {shape{2, 1}, shape{9, 17}, shape{40, 33}, shape{6, 1001}}) {
@@ -1001,6 +1046,16 @@ TEST_CASE("vector: shape errors name the operation and the argument, and write n
                     {"tilekern::vector::row_sum_of", "out is 3x1"});
   check_shape_error([&] { vector::row_sum_of(out_column.v(), f, full.cv(), wrong.cv()); },
                     {"tilekern::vector::row_sum_of", "source 2 is 2x3"});
+  const auto pair = [](auto, auto a, auto b) { return std::pair(a, b); };
+  check_shape_error(
+      [&] { vector::row_sums_of(untouched.v(), out_column.v(), pair, full.cv(), full.cv()); },
+      {"tilekern::vector::row_sums_of", "first is 3x1", "expected 4x1"});
+  check_shape_error(
+      [&] { vector::row_sums_of(out_column.v(), untouched.v(), pair, full.cv(), full.cv()); },
+      {"tilekern::vector::row_sums_of", "second is 3x1", "expected 4x1"});
+  check_shape_error(
+      [&] { vector::row_sums_of(out_column.v(), out_column.v(), pair, full.cv(), wrong.cv()); },
+      {"tilekern::vector::row_sums_of", "source 2 is 2x3"});
   check_shape_error([&] { vector::row_max_of(untouched.v(), f, full.cv(), full.cv()); },
                     {"tilekern::vector::row_max_of", "out is 3x1"});
   check_shape_error([&] { vector::row_max_of(out_column.v(), f, full.cv(), wrong.cv()); },

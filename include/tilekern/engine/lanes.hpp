@@ -21,6 +21,7 @@
 // reads or writes outside its views.
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -478,8 +479,26 @@ HWY_INLINE float reduce_lanes(D d, hn::Vec<D> x) {
 // element order, on every path (4 vectors of 16 lanes, 8 of 8, or 64 single lanes), and the 64
 // partials are then combined pairwise. So a sum of n terms has relative error at most
 // (ceil(n / 64) + 6) u of the sum of magnitudes on every path, and the independent chains keep
-// the adds from waiting on each other.
+// the adds from waiting on each other. Two sums of one pass (f returns a pair) share the
+// registers: 32 partials each, (ceil(n / 32) + 5) u.
 inline constexpr std::size_t reduce_slots = 64;
+
+// How many sums a reduction's f gives: one per vector it returns, one or a std::pair of two.
+template <class Result>
+inline constexpr std::size_t sums_of = 1;
+template <class A, class B>
+inline constexpr std::size_t sums_of<std::pair<A, B>> = 2;
+
+// Calls g(k, v) for each vector v of a result of f, k = 0, 1, ...
+template <class Result, class G>
+HWY_INLINE void each_sum(const Result& x, G&& g) {
+  if constexpr (sums_of<Result> == 1) {
+    g(std::size_t{0}, x);
+  } else {
+    g(std::size_t{0}, x.first);
+    g(std::size_t{1}, x.second);
+  }
+}
 
 // Whether map_rows may run interleaved blocks on lanes D: two blocks at a time, lane j of the
 // first holding element 2j, of the second element 2j + 1 (widen_bf16_interleaved), when the
@@ -541,22 +560,38 @@ void with_interleaved_rows(D, std::size_t cols, Body&& body, const Operands&... 
 // The row loop of every elementwise operation: for each element (r, c) of `to`,
 //   x = f(d, lanes of each operand),  to(r, c) = x rounded,  and with Reduce,
 //   sums[r] = the reduction Op of x over the row (fp32, before rounding).
-// f takes the descriptor and one hn::Vec per operand and returns one hn::Vec.
-template <bool Reduce, combine Op, class Out, class F, class... Operands>
-void map_rows(const destination<Out>& to, column_out sums, F&& f, const Operands&... operands) {
+// f takes the descriptor and one hn::Vec per operand and returns one hn::Vec; or, for two sums
+// of one pass (Op sum, `to` no_output), a std::pair of them, and sums is a std::array of two
+// columns, sums[k][r] the sum of the k-th.
+template <bool Reduce, combine Op, class Out, class Sums, class F, class... Operands>
+void map_rows(const destination<Out>& to, const Sums& sums, F&& f, const Operands&... operands) {
   const std::size_t rows = to.to.rows(), cols = to.to.cols();
+  constexpr std::size_t columns = std::is_same_v<Sums, column_out> ? 1 : 2;
+  const auto column = [&](std::size_t k) -> column_out {
+    if constexpr (columns == 1) return sums;
+    if constexpr (columns == 2) return sums[k];
+  };
   if (rows * cols == 0) {
     if constexpr (Reduce) {
       const float empty = Op == combine::sum   ? 0.0f
                           : Op == combine::max ? -std::numeric_limits<float>::infinity()
                                                : std::numeric_limits<float>::infinity();
-      for (std::size_t r = 0; r < rows; ++r) sums[r] = empty;
+      for (std::size_t k = 0; k < columns; ++k) {
+        for (std::size_t r = 0; r < rows; ++r) column(k)[r] = empty;
+      }
     }
     return;
   }
   const auto rows_of = [&](auto d, auto interleave, const auto&... sources) {
     using D = decltype(d);
-    constexpr std::size_t lanes = hn::MaxLanes(D()), chains = reduce_slots / lanes;
+    using result = decltype(f(d, (static_cast<void>(sources), hn::Zero(d))...));
+    constexpr std::size_t values = sums_of<result>;
+    static_assert(values == columns || !Reduce, "tilekern engine: one column per sum of f");
+    static_assert(values == 1 || (Op == combine::sum && std::is_same_v<Out, no_output>),
+                  "tilekern engine: f returns a pair only for two sums of one pass");
+    // Two sums share the registers of one: reduce_slots / values partials each.
+    constexpr std::size_t lanes = hn::MaxLanes(D()), slots = reduce_slots / values,
+                          chains = slots / lanes;
     // The loop bound as a local of this loop: a vector store may alias anything whose address is
     // taken, and the enclosing function's are (this lambda captures them), so they would be read
     // again after every block.
@@ -567,16 +602,20 @@ void map_rows(const destination<Out>& to, column_out sums, F&& f, const Operands
       const auto compute = [&](auto load) {
         return std::apply([&](const auto&... cursor) { return f(d, load(cursor)...); }, cursors);
       };
-      // Reductions keep reduce_slots partial results: element c goes to slot c % reduce_slots,
-      // held in lane c % lanes of chain (c / lanes) % chains, on every path.
-      [[maybe_unused]] hn::Vec<D> acc[chains];
-      for (auto& partial : acc) partial = identity_lanes<Op>(d);
+      // Reductions keep `slots` partial results per sum: element c goes to slot c % slots, held
+      // in lane c % lanes of chain (c / lanes) % chains, on every path.
+      [[maybe_unused]] hn::Vec<D> acc[values][chains];
+      for (auto& sum : acc) {
+        for (auto& partial : sum) partial = identity_lanes<Op>(d);
+      }
       [[maybe_unused]] auto nan = hn::MaskFromVec(hn::Zero(d));
       const auto block = [&](std::size_t c, std::size_t chain) {
         const auto x = compute([&](const auto& cursor) { return cursor.load(d, c); });
-        out.store(d, x, r, c);
+        if constexpr (values == 1) out.store(d, x, r, c);
         if constexpr (Reduce) {
-          acc[chain] = combine_lanes<Op, D>(acc[chain], x);
+          each_sum(x, [&](std::size_t k, auto v) {
+            acc[k][chain] = combine_lanes<Op, D>(acc[k][chain], v);
+          });
           if constexpr (Op != combine::sum) nan = hn::Or(nan, hn::IsNaN(x));
         }
       };
@@ -595,7 +634,7 @@ void map_rows(const destination<Out>& to, column_out sums, F&& f, const Operands
                                 half([](const auto& pair) { return pair.second; }), r, c);
         }
       }
-      for (; c + reduce_slots <= cols; c += reduce_slots) {
+      for (; c + slots <= cols; c += slots) {
         for (std::size_t chain = 0; chain < chains; ++chain) block(c + chain * lanes, chain);
       }
       std::size_t chain = 0;
@@ -603,25 +642,29 @@ void map_rows(const destination<Out>& to, column_out sums, F&& f, const Operands
       if (c < cols) {
         const std::size_t n = cols - c;
         const auto x = compute([&](const auto& cursor) { return cursor.load_tail(d, c, n); });
-        out.store_tail(d, x, r, c, n);
+        if constexpr (values == 1) out.store_tail(d, x, r, c, n);
         if constexpr (Reduce) {
           const auto valid = hn::FirstN(d, n);
-          const auto kept = hn::IfThenElse(valid, x, identity_lanes<Op>(d));
-          acc[chain] = combine_lanes<Op, D>(acc[chain], kept);
+          each_sum(x, [&](std::size_t k, auto v) {
+            const auto kept = hn::IfThenElse(valid, v, identity_lanes<Op>(d));
+            acc[k][chain] = combine_lanes<Op, D>(acc[k][chain], kept);
+          });
           if constexpr (Op != combine::sum) nan = hn::Or(nan, hn::And(valid, hn::IsNaN(x)));
         }
       }
       if constexpr (Reduce) {
-        for (std::size_t half = chains / 2; half > 0; half /= 2) {
-          for (std::size_t i = 0; i < half; ++i) {
-            acc[i] = combine_lanes<Op, D>(acc[i], acc[i + half]);
+        for (std::size_t k = 0; k < values; ++k) {
+          for (std::size_t half = chains / 2; half > 0; half /= 2) {
+            for (std::size_t i = 0; i < half; ++i) {
+              acc[k][i] = combine_lanes<Op, D>(acc[k][i], acc[k][i + half]);
+            }
           }
+          float value = reduce_lanes<Op>(d, acc[k][0]);
+          if constexpr (Op != combine::sum) {
+            if (!hn::AllFalse(d, nan)) value = std::numeric_limits<float>::quiet_NaN();
+          }
+          column(k)[r] = value;
         }
-        float value = reduce_lanes<Op>(d, acc[0]);
-        if constexpr (Op != combine::sum) {
-          if (!hn::AllFalse(d, nan)) value = std::numeric_limits<float>::quiet_NaN();
-        }
-        sums[r] = value;
       }
     }
   };

@@ -31,9 +31,9 @@
 // path, then the 64 partials combined pairwise (engine/lanes.hpp, reduce_slots); a sum of n terms
 // is within (ceil(n / 64) + 6) u of the exact sum, relative to the sum of magnitudes, on every
 // path, though the last levels of the combination differ between paths, and with them the last
-// bits. max and min
-// propagate NaN (any NaN in the reduced elements gives NaN). An empty row sums to 0, has max
-// -inf and min +inf; an empty column the same.
+// bits. row_sums_of keeps 32 partials for each of its two sums (the registers of one):
+// (ceil(n / 32) + 5) u. max and min propagate NaN (any NaN in the reduced elements gives NaN). An
+// empty row sums to 0, has max -inf and min +inf; an empty column the same.
 //
 // Normalisation statistics, as the NeuronCore's bn_stats / bn_aggr: bn_stats splits each row into
 // chunks of bn_chunk elements and writes (count, mean, m2) per chunk, m2 the sum of squared
@@ -42,6 +42,7 @@
 // writes (mean, variance = m2 / count), so splitting a row into chunks loses nothing: the result
 // is within a few u of the fp64 two-pass statistics whatever the row's offset from zero.
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -144,12 +145,14 @@ void reduce_columns(const char* function, Out&& out, const X& x) {
       resolve(function, "x", source, rows, cols));
 }
 
-template <combine Op, class Out, class F, class First, class... Sources>
-void reduce_expression(const char* function, Out&& out, F&& f, const First& first,
+// A reduction of f over the first source's shape into the columns columns_for(rows) gives: one
+// column_out, or an array of two for a pair of sums.
+template <combine Op, class Columns, class F, class First, class... Sources>
+void reduce_expression(const char* function, Columns&& columns_for, F&& f, const First& first,
                        const Sources&... sources) {
   const auto shape = as_source(first);
   const std::size_t rows = shape.rows(), cols = shape.cols();
-  const column_out column = resolve_column(function, "out", to_view(out), rows);
+  const auto column = columns_for(rows);
   const char* names[] = {"source 1", "source 2", "source 3", "source 4", "source 5", "source 6"};
   static_assert(sizeof...(Sources) < 6, "tilekern::vector: at most 6 sources");
   std::size_t next = 0;
@@ -309,17 +312,44 @@ void col_mean(Out&& out, const X& x) {
 // and the other sources broadcast against it as in map.
 //   row_sum_of(sums, f, sources...)   sums[r] = the fp32 sum over c of f(d, sources...)(r, c)
 //   row_max_of(maxes, f, sources...)  the same with max (NaN propagates)
+//   row_sums_of(first, second, f, sources...)
+//                                     two sums of one pass: f returns std::pair{a, b},
+//                                     first[r] = the fp32 sum over c of a, second[r] of b (each
+//                                     in 32 partials, not 64: see the top of this header)
 //   col_sum_of(acc, f, sources...)    acc(0, c) += the fp32 sum over r, rows in order: acc keeps
 //                                     what it held, so blocks of rows accumulate into one row
 template <class Sums, class F, class First, class... Sources>
 void row_sum_of(Sums&& sums, F&& f, const First& first, const Sources&... sources) {
-  detail::reduce_expression<detail::combine::sum>("tilekern::vector::row_sum_of", sums, f, first,
-                                                  sources...);
+  constexpr const char* function = "tilekern::vector::row_sum_of";
+  detail::reduce_expression<detail::combine::sum>(
+      function,
+      [&](std::size_t rows) {
+        return detail::resolve_column(function, "out", detail::to_view(sums), rows);
+      },
+      f, first, sources...);
 }
 template <class Maxes, class F, class First, class... Sources>
 void row_max_of(Maxes&& maxes, F&& f, const First& first, const Sources&... sources) {
-  detail::reduce_expression<detail::combine::max>("tilekern::vector::row_max_of", maxes, f, first,
-                                                  sources...);
+  constexpr const char* function = "tilekern::vector::row_max_of";
+  detail::reduce_expression<detail::combine::max>(
+      function,
+      [&](std::size_t rows) {
+        return detail::resolve_column(function, "out", detail::to_view(maxes), rows);
+      },
+      f, first, sources...);
+}
+template <class FirstSums, class SecondSums, class F, class First, class... Sources>
+void row_sums_of(FirstSums&& first_sums, SecondSums&& second_sums, F&& f, const First& first,
+                 const Sources&... sources) {
+  constexpr const char* function = "tilekern::vector::row_sums_of";
+  detail::reduce_expression<detail::combine::sum>(
+      function,
+      [&](std::size_t rows) {
+        return std::array{
+            detail::resolve_column(function, "first", detail::to_view(first_sums), rows),
+            detail::resolve_column(function, "second", detail::to_view(second_sums), rows)};
+      },
+      f, first, sources...);
 }
 template <class Acc, class F, class First, class... Sources>
 void col_sum_of(Acc&& acc, F&& f, const First& first, const Sources&... sources) {

@@ -14,18 +14,27 @@
 //
 // The kernel is a loop over blocks of rows, as many as keep a block of x (in its own format) in
 // 128 KiB, so that x is read from memory once and from L2 by the later passes:
-//   1. s1[r] = sum_c (x - x[r][0])           vector::row_sum_of, fp32 per chunk of 512 columns,
-//      mean = x[r][0] + s1 / cols              the chunks added in fp64; the mean kept as two fp32
-//                                              values, shift + low (see below)
-//   2. m2[r] = sum_c ((x - shift) - low)^2   the same; rstd = 1 / sqrt(m2 / cols + eps) in fp64,
-//                                              rounded once to fp32
-//   3. y = ((x - shift) - low) * rstd * gamma + beta   vector::map (one fused multiply-add at the
+//   1. c[r] = the mean of x[r][0 .. 63]      vector::row_sum_of (64 partials of one element
+//                                              each, combined pairwise), times 1/64
+//   2. s1[r] = sum_c d, s2[r] = sum_c d^2,   vector::row_sums_of, fp32 per chunk of 512 columns,
+//      d = x - c                               the chunks added in fp64;
+//      mean = c + s1 / cols,                   in fp64, kept where s1^2 / cols <= m2 / 8; the mean
+//      m2 = s2 - s1^2 / cols                   as two fp32 values, shift + low (see below)
+//   2'. rows where it is not kept, and every row of fewer than 64 elements, take two passes:
+//      s1 = sum_c (x - x[r][0]) and the mean from it as above (the row's shift c is x[r][0]),
+//      then m2 = sum_c ((x - shift) - low)^2 (vector::row_sum_of, the same chunks)
+//   3. rstd = 1 / sqrt(m2 / cols + eps) in fp64, rounded once to fp32
+//   4. y = ((x - shift) - low) * rstd * gamma + beta   vector::map (one fused multiply-add at the
 //                                              end), rounded with the caller's cast_options
+// Why the one pass holds: s2 = m2 + s1^2 / cols, so where the mean is kept s2 <= 9/8 m2 and the
+// subtraction loses under a bit. c is the mean of 64 of the row's own elements, so (by
+// Cauchy-Schwarz) s1^2 / cols <= cols / 64 * m2 always, and for rows of independent values
+// s1^2 / cols is near m2 / 64: 3 to 5 rows in 1000 take the two passes (768 and 4097 columns).
+// Both shifts are values of the row, so that a constant row is exact: its deviations are exactly
+// 0 (a pairwise sum of 64 equal values is exact), var = 0 and y = beta exactly, for any eps > 0.
 // Why not bn_stats / bn_aggr: the engine's bn_stats takes each chunk's mean as its fp32 sum over
 // its count, which for a constant row of fp32 values is in general not the value itself, so the
-// deviations, and y - beta, would not be 0. Shifting by the row's first element (as the reference
-// does) makes a constant row exact: its deviations are exactly 0, var = 0 and y = beta exactly,
-// for any eps > 0. (bn_stats could shift each chunk by its first element to the same effect.)
+// deviations, and y - beta, would not be 0; and it reads each chunk twice.
 // Why two fp32 values for the mean: one would lose u/2 of |mean|, which is an absolute error of
 // xhat as large as u/2 |mean| rstd (for a row offset by 100 standard deviations, 50 u) and turns
 // into many ulp where x is near the mean; x - shift is exact there (Sterbenz), and subtracting low
@@ -38,21 +47,24 @@
 // Error (forward, the fp32 value of y before it is encoded, against reference::layernorm on the
 // same decoded inputs). y = xhat * gamma + beta adds two terms, and xhat subtracts the mean, so the
 // error is bounded by magnitudes, not by |y| (which may cancel):
-//   |y - y_ref| <= B u (|xhat * gamma| + |beta| + |gamma| * rstd * mean_c |x - x[r][0]|),
-// u = 2^-24. The last term is what the fp32 sums leave in the mean: relative to the row's spread,
-// not to its offset. Worst case B = m + 4 with m = k + 6 (the engine's 64 partial sums, k =
-// ceil(min(cols, 512) / 64) terms each, combined in 6 levels: engine/lanes.hpp): B = 18 on every
-// path, if every rounding error of a sum went the same way. Measured
+//   |y - y_ref| <= B u (|xhat * gamma| + |beta| + |gamma| * rstd * mean_c |x - c|),
+// u = 2^-24, c the row's shift (step 1 or 2'). The last term is what the fp32 sums leave in the
+// mean: relative to the row's spread, not to its offset. Worst case, if every rounding error of a
+// sum went the same way: for rows of two passes B = m + 4 with m = k + 6 (the engine's 64 partial
+// sums, k = ceil(min(cols, 512) / 64) terms each, combined in 6 levels: engine/lanes.hpp), 18;
+// for rows of one pass m = k + 5 (32 partials each, k = ceil(min(cols, 512) / 32)), and m2's
+// relative error is below 2m u rather than m u (s2 <= 9/8 m2, and the error of s1^2 / cols is
+// below 3/4 m u m2), so rstd's is below (m + 2) u and B = m + 5, 26. On every path. Measured
 // (tests/kernels/layernorm_test.cpp prints it; N(0, 1) rows times 2^-4 .. 2^4, every third offset
-// by 3 standard deviations, 768 and 4097 columns): at most 2.5 u on every path. The test checks
-// B = 8.
+// by 3 standard deviations, 768 and 4097 columns): at most 2.3 u on every path (2.5 u before the
+// one pass). The test checks B = 8.
 // bf16 and fp16 outputs (nearest even): within one code of the correctly rounded fp64 result,
 // except where y_ref is below 2^-12 of the magnitudes above (cancellation between xhat * gamma and
 // beta, or x within a few u of the spread from the mean); there the bound above plus half an ulp
-// holds. Measured with beta = 0: 1 such result in each of 64 x 768 and 64 x 4097 (bf16 and fp16
-// together), on every path; the tests check both statements.
+// holds. Measured with beta = 0: no such result in 64 x 768 and 64 x 4097 (bf16 and fp16
+// together; 1 in each before the one pass), on every path; the tests check both statements.
 // Gradients (fp32): |dx - dx_ref| <= 32 u * rstd * (max_c |g| (1 + s) + max_c |xhat| *
-// mean_c |g * xhat|) per row, s = rstd * mean_c |x - x[r][0]|; |dgamma - ref| <= 32 u *
+// mean_c |g * xhat|) per row, s = rstd * mean_c |x - c|; |dgamma - ref| <= 32 u *
 // sum_r |dy| (|xhat| + s) and |dbeta - ref| <= 32 u * sum_r |dy| per column, as tested; measured
 // at most 2.4 u of those scales (64 x 4097, every path).
 //
@@ -94,10 +106,16 @@ namespace detail {
 
 // The per-row factors of a block of layernorm rows: xhat = ((x * scale - shift) - low) * rstd,
 // the mean (times scale) as shift + low, two fp32 values (so that x - mean is exact to about u^2
-// of the mean where x is near it, whatever the row's offset).
+// of the mean where x is near it, whatever the row's offset). first holds the shift c the sums
+// are taken from (step 1 or 2' at the top of this header); partial and partial2 the fp32 sums of
+// a chunk.
 struct layernorm_columns {
-  view<float> scale, first, shift, low, rstd, partial;
+  view<float> scale, first, shift, low, rstd, partial, partial2;
 };
+
+// Rows of at least this many columns take one statistics pass, shifted by the mean of their first
+// this many elements (see the top of this header).
+inline constexpr std::size_t layernorm_shift_count = 64;
 
 // scale, shift and rstd for the rows of xb (see the top of this header). sums: 2 * xb.rows()
 // doubles; scratch: one float.
@@ -151,8 +169,41 @@ void layernorm_statistics(view<const X> xb, float eps, const layernorm_columns& 
           x, shift, low);
     }
   };
+  // One pass: s1 and s2, the sums of d = x - c and d^2, c the mean of the first 64 elements;
+  // mean = c + s1 / cols and m2 = s2 - s1^2 / cols where s1^2 / cols <= m2 / 8, else the shift is
+  // left NaN: the mean is not known yet.
+  const auto one_pass = [&] {
+    vector::row_sum_of(
+        out.first, [](auto, auto v) { return v; }, xb.block(0, 0, rows, layernorm_shift_count));
+    for (std::size_t r = 0; r < rows; ++r) out.first(r, 0) *= 1.0f / layernorm_shift_count;
+    norm_row_sum_pairs(
+        s1, m2, out.partial, out.partial2,
+        [](auto, auto v, auto c) {
+          const auto deviation = v - c;
+          return std::pair(deviation, deviation * deviation);
+        },
+        xb, norm_per_row(out.first));
+    for (std::size_t r = 0; r < rows; ++r) {
+      const double offset = s1[r] / count, m2_r = m2[r] - s1[r] * offset;
+      const bool kept = 8 * s1[r] * offset <= m2_r;
+      const double mean =
+          kept ? out.first(r, 0) + offset : std::numeric_limits<double>::quiet_NaN();
+      out.shift(r, 0) = static_cast<float>(mean);
+      out.low(r, 0) = static_cast<float>(mean - out.shift(r, 0));
+      m2[r] = m2_r;
+    }
+  };
   std::fill_n(out.scale.data(), rows, 1.0f);
-  passes(0, rows, false);
+  if (cols < layernorm_shift_count) {
+    passes(0, rows, false);
+  } else {
+    one_pass();
+    norm_runs(
+        rows, [&](std::size_t r) { return std::isnan(out.shift(r, 0)); },
+        [&](std::size_t r0, std::size_t n, bool unknown) {
+          if (unknown) passes(r0, n, false);
+        });
+  }
   for (std::size_t r = 0; r < rows; ++r) {
     if (!std::isfinite(s1[r]) || norm_needs_rescale(m2[r])) {
       const float scale = norm_rescale(norm_row_max_abs(xb.block(r, 0, 1, cols), scratch));
@@ -186,14 +237,15 @@ void layernorm_views(view<const X> x, view<const G> gamma, view<const B> beta, v
   if (rows * cols == 0) return;
 
   const std::size_t block = std::min(rows, norm_block_rows<X>(cols));
-  std::vector<float> columns(6 * block + 1);
+  std::vector<float> columns(7 * block + 1);
   std::vector<double> sums(2 * block);
   for (std::size_t r0 = 0; r0 < rows; r0 += block) {
     const std::size_t n = std::min(block, rows - r0);
     const auto column = [&](std::size_t k) { return norm_column(columns.data() + k * block, n); };
-    const layernorm_columns stats{column(0), column(1), column(2), column(3), column(4), column(5)};
+    const layernorm_columns stats{column(0), column(1), column(2), column(3),
+                                  column(4), column(5), column(6)};
     const view<const X> xb = x.block(r0, 0, n, cols);
-    layernorm_statistics(xb, eps, stats, sums.data(), columns.data() + 6 * block);
+    layernorm_statistics(xb, eps, stats, sums.data(), columns.data() + 7 * block);
     norm_runs(stats.scale, [&](std::size_t a, std::size_t m, bool scaled) {
       const auto to = vector::rounded(y.block(r0 + a, 0, m, cols), cast, (r0 + a) * cols, cols);
       const auto rows_of = [&](view<float> c) { return norm_per_row(c.block(a, 0, m, 1)); };
@@ -234,17 +286,18 @@ void layernorm_backward_views(view<const DY> dy, view<const X> x, view<const G> 
 
   std::vector<float> dgamma_acc(cols, 0.0f), dbeta_acc(cols, 0.0f);
   const std::size_t block = std::max<std::size_t>(1, std::min(rows, norm_block_rows<X>(cols)));
-  std::vector<float> columns(9 * block + 1);
+  std::vector<float> columns(10 * block + 1);
   std::vector<double> sums(2 * block);
   const auto count = static_cast<double>(cols);
   for (std::size_t r0 = 0; r0 < rows; r0 += block) {
     const std::size_t n = std::min(block, rows - r0);
     const auto column = [&](std::size_t k) { return norm_column(columns.data() + k * block, n); };
-    const layernorm_columns stats{column(0), column(1), column(2), column(3), column(4), column(5)};
-    const view<float> a = column(6), b = column(7), c = column(8);
+    const layernorm_columns stats{column(0), column(1), column(2), column(3),
+                                  column(4), column(5), column(6)};
+    const view<float> a = column(7), b = column(8), c = column(9);
     const view<const X> xb = x.block(r0, 0, n, cols);
     const view<const DY> dyb = dy.block(r0, 0, n, cols);
-    layernorm_statistics(xb, eps, stats, sums.data(), columns.data() + 9 * block);
+    layernorm_statistics(xb, eps, stats, sums.data(), columns.data() + 10 * block);
     const auto scale = norm_per_row(stats.scale), shift = norm_per_row(stats.shift),
                low = norm_per_row(stats.low), rstd = norm_per_row(stats.rstd);
 

@@ -171,6 +171,25 @@ void norm_row_sums(double* sums, view<float> partial, F f, Sources... sources) {
   }
 }
 
+// The same for two sums of one pass: f returns a pair, first[r] and second[r] the sums of each
+// (vector::row_sums_of per chunk into the columns partial and partial2).
+template <class F, class... Sources>
+void norm_row_sum_pairs(double* first, double* second, view<float> partial, view<float> partial2,
+                        F f, Sources... sources) {
+  const std::size_t cols = std::get<0>(std::tuple(sources...)).cols();
+  const std::size_t rows = partial.rows();
+  std::fill_n(first, rows, 0.0);
+  std::fill_n(second, rows, 0.0);
+  for (std::size_t c0 = 0; c0 < cols; c0 += norm_chunk) {
+    const std::size_t n = std::min(norm_chunk, cols - c0);
+    vector::row_sums_of(partial, partial2, f, norm_slice(sources, cols, c0, n)...);
+    for (std::size_t r = 0; r < rows; ++r) {
+      first[r] += partial(r, 0);
+      second[r] += partial2(r, 0);
+    }
+  }
+}
+
 // The largest |x| of one row (NaN if the row holds one).
 template <class T>
 float norm_row_max_abs(view<const T> row, float* scratch) {
@@ -211,19 +230,26 @@ void norm_store_row(view<Out> out, const std::vector<float>& acc, const cast_opt
       view<const float>(acc.data(), 1, acc.size()));
 }
 
-// body(r0, n, scaled) for each run of consecutive rows [r0, r0 + n) whose scale is 1 (scaled
-// false) or not (true): the common rows take the operation without the scale operand, which costs
-// a multiply and an operand per vector.
-template <class Body>
-void norm_runs(view<const float> scale, Body&& body) {
-  const std::size_t rows = scale.rows();
+// body(r0, n, flag) for each run of consecutive rows [r0, r0 + n) of `rows` on which
+// flagged(r) is the same, flag.
+template <class Flagged, class Body>
+void norm_runs(std::size_t rows, Flagged&& flagged, Body&& body) {
   for (std::size_t r0 = 0; r0 < rows;) {
-    const bool scaled = scale(r0, 0) != 1.0f;
+    const bool flag = flagged(r0);
     std::size_t r1 = r0 + 1;
-    while (r1 < rows && (scale(r1, 0) != 1.0f) == scaled) ++r1;
-    body(r0, r1 - r0, scaled);
+    while (r1 < rows && flagged(r1) == flag) ++r1;
+    body(r0, r1 - r0, flag);
     r0 = r1;
   }
+}
+
+// body(r0, n, scaled) for each run of consecutive rows whose scale is 1 (scaled false) or not
+// (true): the common rows take the operation without the scale operand, which costs a multiply
+// and an operand per vector.
+template <class Body>
+void norm_runs(view<const float> scale, Body&& body) {
+  norm_runs(
+      scale.rows(), [&](std::size_t r) { return scale(r, 0) != 1.0f; }, body);
 }
 
 // ---- rmsnorm ----
