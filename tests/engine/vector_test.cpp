@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -846,6 +847,46 @@ TEST_CASE("vector: col_sum_of accumulates over blocks of rows") {
   });
 }
 
+TEST_CASE("vector: col_sums_of gives the bits of two col_sum_of, in one pass") {
+  for_each_element_type([]<class T>() {
+    for (shape s : {shape{2, 1}, shape{9, 17}, shape{40, 33}, shape{6, 1001}}) {
+      tensor<T> x(s.rows, s.cols, s.cols + 1);
+      fill_signed(x, s.cols + 12);
+      source<float> w(broadcast::row, s.rows, s.cols, 13);
+      source<bf16> m(broadcast::column, s.rows, s.cols, 14);
+      tensor<float> first(1, s.cols), second(1, s.cols);
+      fill_signed(first, 15);
+      fill_signed(second, 16);
+      std::vector<float> first_alone(first.cv().data(), first.cv().data() + s.cols);
+      std::vector<float> second_alone(second.cv().data(), second.cv().data() + s.cols);
+      const auto product = [](auto, auto a, auto b, auto) { return a * b; };
+      const auto difference = [](auto, auto a, auto, auto c) { return a - c; };
+      const std::size_t half = s.rows / 2;
+      for (const auto& [r0, n] :
+           {std::pair{std::size_t{0}, half}, std::pair{half, s.rows - half}}) {
+        const auto rows = x.cv().block(r0, 0, n, s.cols);
+        const auto w_rows = w.data().cv();
+        const auto m_rows = m.data().cv().block(r0, 0, n, 1);
+        vector::col_sums_of(
+            first.v(), second.v(),
+            [&](auto d, auto a, auto b, auto c) {
+              return std::pair(product(d, a, b, c), difference(d, a, b, c));
+            },
+            rows, w_rows, m_rows);
+        vector::col_sum_of(first_alone, product, rows, w_rows, m_rows);
+        vector::col_sum_of(second_alone, difference, rows, w_rows, m_rows);
+      }
+      for (std::size_t c = 0; c < s.cols; ++c) {
+        INFO(type_name<T>(), " ", shape_name(s.rows, s.cols), " column ", c);
+        CHECK(std::bit_cast<std::uint32_t>(first(0, c)) ==
+              std::bit_cast<std::uint32_t>(first_alone[c]));
+        CHECK(std::bit_cast<std::uint32_t>(second(0, c)) ==
+              std::bit_cast<std::uint32_t>(second_alone[c]));
+      }
+    }
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 // bn_stats and bn_aggr.
 
@@ -1065,6 +1106,15 @@ TEST_CASE("vector: shape errors name the operation and the argument, and write n
                     {"tilekern::vector::col_sum_of", "acc is 1x4", "expected 1x5"});
   check_shape_error([&] { vector::col_sum_of(row_out.v(), f, full.cv(), wrong.cv()); },
                     {"tilekern::vector::col_sum_of", "source 2 is 2x3"});
+  check_shape_error(
+      [&] { vector::col_sums_of(short_row.v(), row_out.v(), pair, full.cv(), full.cv()); },
+      {"tilekern::vector::col_sums_of", "first is 1x4", "expected 1x5"});
+  check_shape_error(
+      [&] { vector::col_sums_of(row_out.v(), short_row.v(), pair, full.cv(), full.cv()); },
+      {"tilekern::vector::col_sums_of", "second is 1x4", "expected 1x5"});
+  check_shape_error(
+      [&] { vector::col_sums_of(row_out.v(), row_out.v(), pair, full.cv(), wrong.cv()); },
+      {"tilekern::vector::col_sums_of", "source 2 is 2x3"});
   CHECK(sentinel_kept(short_row));
   CHECK(sentinel_kept(row_out));
 

@@ -693,13 +693,17 @@ void map_rows(const destination<Out>& to, const Sums& sums, F&& f, const Operand
 
 // The column loop: acc(0, c) = Op(acc(0, c), f(d, lanes of each operand at (r, c))) for r = 0,
 // 1, ..., rows - 1 in order, in fp32; acc is one row of `cols` floats and keeps what it held.
-// max and min propagate NaN.
-template <combine Op, class F, class... Operands>
-void reduce_cols(float* acc, std::size_t rows, std::size_t cols, F&& f,
+// max and min propagate NaN. accs holds one acc per vector f returns: one, or two for a
+// std::pair (two column sums of one pass).
+template <combine Op, std::size_t N, class F, class... Operands>
+void reduce_cols(const std::array<float*, N>& accs, std::size_t rows, std::size_t cols, F&& f,
                  const Operands&... operands) {
   if (rows * cols == 0) return;
   const auto rows_of = [&](auto d, const auto&... sources) {
     using D = decltype(d);
+    using result = decltype(f(d, (static_cast<void>(sources), hn::Zero(d))...));
+    static_assert(sums_of<result> == N, "tilekern engine: one accumulator row per sum of f");
+    static_assert(N == 1 || Op == combine::sum, "tilekern engine: pairs of sums only");
     constexpr std::size_t lanes = hn::MaxLanes(D());
     const auto fold = [&](hn::Vec<D> a, hn::Vec<D> x) {
       if constexpr (Op == combine::sum) {
@@ -717,15 +721,19 @@ void reduce_cols(float* acc, std::size_t rows, std::size_t cols, F&& f,
       std::size_t c = 0;
       for (; c + lanes <= cols; c += lanes) {
         const auto x = compute([&](const auto& cursor) { return cursor.load(d, c); });
-        hn::StoreU(fold(hn::LoadU(d, acc + c), x), d, acc + c);
+        each_sum(x, [&](std::size_t k, auto v) {
+          hn::StoreU(fold(hn::LoadU(d, accs[k] + c), v), d, accs[k] + c);
+        });
       }
       if (c < cols) {
         const std::size_t n = cols - c;
         const auto x = compute([&](const auto& cursor) { return cursor.load_tail(d, c, n); });
-        float staged[lanes] = {};
-        std::copy_n(acc + c, n, staged);
-        hn::StoreU(fold(hn::LoadU(d, staged), x), d, staged);
-        std::copy_n(staged, n, acc + c);
+        each_sum(x, [&](std::size_t k, auto v) {
+          float staged[lanes] = {};
+          std::copy_n(accs[k] + c, n, staged);
+          hn::StoreU(fold(hn::LoadU(d, staged), v), d, staged);
+          std::copy_n(staged, n, accs[k] + c);
+        });
       }
     }
   };

@@ -141,8 +141,39 @@ void reduce_columns(const char* function, Out&& out, const X& x) {
                                            : std::numeric_limits<float>::infinity();
   std::fill_n(acc.data(), cols, empty);
   reduce_cols<Op>(
-      acc.data(), rows, cols, [](auto, auto v) { return v; },
+      std::array{acc.data()}, rows, cols, [](auto, auto v) { return v; },
       resolve(function, "x", source, rows, cols));
+}
+
+// Column sums of f over the first source's shape, added into accs: one 1 x cols fp32 row per sum
+// f gives, each named for its shape_error.
+template <std::size_t N, class F, class First, class... Sources>
+void col_sums_expression(const char* function, const std::array<view<float>, N>& accs,
+                         const std::array<const char*, N>& acc_names, F&& f, const First& first,
+                         const Sources&... sources) {
+  const auto shape = as_source(first);
+  const std::size_t rows = shape.rows(), cols = shape.cols();
+  std::array<float*, N> rows_out{};
+  for (std::size_t k = 0; k < N; ++k) {
+    if (accs[k].rows() != 1 || accs[k].cols() != cols) {
+      throw shape_error(std::string(function) + ": " + acc_names[k] + " is " +
+                        shape_text(accs[k].rows(), accs[k].cols()) + ", expected 1x" +
+                        std::to_string(cols) + " (one value per column)");
+    }
+    rows_out[k] = accs[k].data();
+  }
+  const char* names[] = {"source 1", "source 2", "source 3", "source 4", "source 5", "source 6"};
+  static_assert(sizeof...(Sources) < 6, "tilekern::vector: at most 6 sources");
+  std::size_t next = 0;
+  const auto resolve_next = [&](const auto& source) {
+    return resolve(function, names[next++], as_source(source), rows, cols);
+  };
+  const std::tuple resolved{resolve_next(first), resolve_next(sources)...};
+  std::apply(
+      [&](const auto&... operands) {
+        reduce_cols<combine::sum>(rows_out, rows, cols, f, operands...);
+      },
+      resolved);
 }
 
 // A reduction of f over the first source's shape into the columns columns_for(rows) gives: one
@@ -318,6 +349,9 @@ void col_mean(Out&& out, const X& x) {
 //                                     in 32 partials, not 64: see the top of this header)
 //   col_sum_of(acc, f, sources...)    acc(0, c) += the fp32 sum over r, rows in order: acc keeps
 //                                     what it held, so blocks of rows accumulate into one row
+//   col_sums_of(first, second, f, sources...)
+//                                     two of those of one pass: f returns std::pair{a, b}, the
+//                                     sums of a added into first, of b into second
 template <class Sums, class F, class First, class... Sources>
 void row_sum_of(Sums&& sums, F&& f, const First& first, const Sources&... sources) {
   constexpr const char* function = "tilekern::vector::row_sum_of";
@@ -353,27 +387,15 @@ void row_sums_of(FirstSums&& first_sums, SecondSums&& second_sums, F&& f, const 
 }
 template <class Acc, class F, class First, class... Sources>
 void col_sum_of(Acc&& acc, F&& f, const First& first, const Sources&... sources) {
-  constexpr const char* function = "tilekern::vector::col_sum_of";
-  const auto shape = detail::as_source(first);
-  const std::size_t rows = shape.rows(), cols = shape.cols();
-  const view<float> out = detail::to_view(acc);
-  if (out.rows() != 1 || out.cols() != cols) {
-    throw shape_error(std::string(function) + ": acc is " +
-                      detail::shape_text(out.rows(), out.cols()) + ", expected 1x" +
-                      std::to_string(cols) + " (one value per column)");
-  }
-  const char* names[] = {"source 1", "source 2", "source 3", "source 4", "source 5", "source 6"};
-  static_assert(sizeof...(Sources) < 6, "tilekern::vector::col_sum_of: at most 6 sources");
-  std::size_t next = 0;
-  const auto resolve_next = [&](const auto& source) {
-    return detail::resolve(function, names[next++], detail::as_source(source), rows, cols);
-  };
-  const std::tuple resolved{resolve_next(first), resolve_next(sources)...};
-  std::apply(
-      [&](const auto&... operands) {
-        detail::reduce_cols<detail::combine::sum>(out.data(), rows, cols, f, operands...);
-      },
-      resolved);
+  detail::col_sums_expression<1>("tilekern::vector::col_sum_of", {detail::to_view(acc)}, {"acc"}, f,
+                                 first, sources...);
+}
+template <class FirstAcc, class SecondAcc, class F, class First, class... Sources>
+void col_sums_of(FirstAcc&& first_acc, SecondAcc&& second_acc, F&& f, const First& first,
+                 const Sources&... sources) {
+  detail::col_sums_expression<2>("tilekern::vector::col_sums_of",
+                                 {detail::to_view(first_acc), detail::to_view(second_acc)},
+                                 {"first", "second"}, f, first, sources...);
 }
 
 // The chunk length of bn_stats, as on the NeuronCore (BN_STATS_FMAX).

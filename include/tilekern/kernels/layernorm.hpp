@@ -40,9 +40,9 @@
 // into many ulp where x is near the mean; x - shift is exact there (Sterbenz), and subtracting low
 // next leaves only the rounding of the sums.
 // The backward recomputes the statistics from x (no saved state), adds the row sums of g and
-// g * (x - shift) (fp32 per chunk, fp64 across chunks) and the column sums dgamma and dbeta
-// (vector::col_sum_of: fp32, rows in order across all blocks), encoded into dgamma and dbeta at
-// the end.
+// g * (x - shift) (one pass, vector::row_sums_of: fp32 per chunk, fp64 across chunks) and the
+// column sums dgamma and dbeta (one pass, vector::col_sums_of: fp32, rows in order across all
+// blocks), encoded into dgamma and dbeta at the end.
 //
 // Error (forward, the fp32 value of y before it is encoded, against reference::layernorm on the
 // same decoded inputs). y = xhat * gamma + beta adds two terms, and xhat subtracts the mean, so the
@@ -183,7 +183,7 @@ void layernorm_statistics(view<const X> xb, float eps, const layernorm_columns& 
           return std::pair(deviation, deviation * deviation);
         },
         xb, norm_per_row(out.first));
-    for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t r = 0; r < rows; ++r) {  // m2 holds s2 until this loop makes it m2
       const double offset = s1[r] / count, m2_r = m2[r] - s1[r] * offset;
       const bool kept = 8 * s1[r] * offset <= m2_r;
       const double mean =
@@ -302,25 +302,22 @@ void layernorm_backward_views(view<const DY> dy, view<const X> x, view<const G> 
                low = norm_per_row(stats.low), rstd = norm_per_row(stats.rstd);
 
     // dgamma += sum over the block's rows of dy * xhat, dbeta += sum of dy (before dx is written).
-    vector::col_sum_of(
-        view<float>(dgamma_acc.data(), 1, cols),
+    vector::col_sums_of(
+        dgamma_acc, dbeta_acc,
         [](auto, auto d, auto v, auto s, auto mean, auto lo, auto r) {
-          return d * ((hn::MulSub(v, s, mean) - lo) * r);
+          return std::pair(d * ((hn::MulSub(v, s, mean) - lo) * r), d);
         },
         dyb, xb, scale, shift, low, rstd);
-    vector::col_sum_of(
-        view<float>(dbeta_acc.data(), 1, cols), [](auto, auto d) { return d; }, dyb);
     // Row sums of g and of g * (x * scale - shift), so that sum_c g * xhat = rstd' * (the
     // second - low * the first); then dx = a * g + b - (x * scale - shift) * c with a the true
     // rstd, c = rstd' * a * mean_c(g * xhat) and b = -a * mean_c(g) + low * c.
     double* const sum_g = sums.data();
     double* const sum_g_deviation = sums.data() + n;
-    norm_row_sums(
-        sum_g, stats.partial, [](auto, auto d, auto g) { return d * g; }, dyb, gamma);
-    norm_row_sums(
-        sum_g_deviation, stats.partial,
+    norm_row_sum_pairs(
+        sum_g, sum_g_deviation, stats.partial, stats.partial2,
         [](auto, auto d, auto g, auto v, auto s, auto mean) {
-          return d * g * hn::MulSub(v, s, mean);
+          const auto dg = d * g;
+          return std::pair(dg, dg * hn::MulSub(v, s, mean));
         },
         dyb, gamma, xb, scale, shift);
     for (std::size_t r = 0; r < n; ++r) {
