@@ -431,7 +431,8 @@ TEST_CASE("convert: results do not depend on the caller's MXCSR") {
 // bf16 elements interleaved across two vectors (element 2j in lane j of the first, 2j + 1 in lane
 // j of the second), as elementwise loops over bf16 hold them: widen_bf16_interleaved gives every
 // code's fp32 bits, and vector_encoder::interleaved gives the definition's codes, element i
-// drawing its random word at first_index + i, in every mode, at index bases across 2^32 and 2^64.
+// drawing its random word at first_index + i, in every mode, at index bases across 2^32 and 2^64;
+// so does vector_encoder::in_order (two blocks in order, on 8 lanes).
 template <class D>
 void check_interleaved_bf16(D d, std::span<const float> all_inputs) {
   namespace hn = detail::hn;
@@ -462,27 +463,36 @@ void check_interleaved_bf16(D d, std::span<const float> all_inputs) {
       for (overflow on_overflow : all_overflows) {
         const cast_options options{round, on_overflow, 0x5eed, 7};
         const auto expected = defined_codes<bf16>(inputs, options, base);
-        guarded_buffer<bf16> out(inputs.size());
-        detail::visit_rounding(round, [&](auto mode) {
-          const detail::vector_encoder<bf16, D, decltype(mode)::value> encode(d, options);
-          for (std::size_t i = 0; i < inputs.size(); i += block) {
-            alignas(64) float even[lanes], odd[lanes];
-            for (std::size_t j = 0; j < lanes; ++j) {
-              even[j] = inputs[i + 2 * j];
-              odd[j] = inputs[i + 2 * j + 1];
+        const auto check = [&](const char* encoder, auto&& encode_block) {
+          guarded_buffer<bf16> out(inputs.size());
+          detail::visit_rounding(round, [&](auto mode) {
+            const detail::vector_encoder<bf16, D, decltype(mode)::value> encode(d, options);
+            for (std::size_t i = 0; i < inputs.size(); i += block) {
+              encode_block(encode, &inputs[i], detail::storage_of(out.data() + i), base + i);
             }
-            encode.interleaved(hn::Load(d, even), hn::Load(d, odd),
-                               detail::storage_of(out.data() + i), base + i);
+          });
+          std::size_t mismatches = 0, first = 0;
+          for (std::size_t i = 0; i < inputs.size(); ++i) {
+            if (out[i].bits() != expected[i] && mismatches++ == 0) first = i;
           }
+          CHECK_MESSAGE(mismatches == 0, encoder, ", ", width, " ", name(round), " ",
+                        name(on_overflow), " base ", base, ": ", mismatches,
+                        " differ; first input ", hex(std::bit_cast<std::uint32_t>(inputs[first])),
+                        " gives ", hex(out[first].bits()), ", defined ", hex(expected[first]));
+        };
+        check("interleaved", [&](const auto& encode, const float* in, auto* out, std::uint64_t i) {
+          alignas(64) float even[lanes], odd[lanes];
+          for (std::size_t j = 0; j < lanes; ++j) {
+            even[j] = in[2 * j];
+            odd[j] = in[2 * j + 1];
+          }
+          encode.interleaved(hn::Load(d, even), hn::Load(d, odd), out, i);
         });
-        std::size_t mismatches = 0, first = 0;
-        for (std::size_t i = 0; i < inputs.size(); ++i) {
-          if (out[i].bits() != expected[i] && mismatches++ == 0) first = i;
+        if constexpr (lanes == 8) {  // two blocks in order (lane_store::store_in_order)
+          check("in order", [&](const auto& encode, const float* in, auto* out, std::uint64_t i) {
+            encode.in_order(hn::LoadU(d, in), hn::LoadU(d, in + lanes), out, i);
+          });
         }
-        CHECK_MESSAGE(mismatches == 0, width, " ", name(round), " ", name(on_overflow), " base ",
-                      base, ": ", mismatches, " differ; first input ",
-                      hex(std::bit_cast<std::uint32_t>(inputs[first])), " gives ",
-                      hex(out[first].bits()), ", defined ", hex(expected[first]));
       }
     }
   }

@@ -1,7 +1,7 @@
 // Every fp32 input for bf16 and fp16, in nearest-even and toward-zero with both overflow modes:
 // minifloat::from against an independent reference, the bulk convert() on every ISA path, bf16's
-// interleaved encoder (elementwise loops) at every vector width, and the hardware conversions
-// where the CPU has them. And every code of both through every path.
+// interleaved and in-order encoders of two blocks (elementwise loops) at every vector width, and
+// the hardware conversions where the CPU has them. And every code of both through every path.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -216,6 +216,24 @@ void check_interleaved(D d, chunk<bf16>& work) {
     compare<bf16>(work, work.hardware, c, label.c_str(), work.failures);
   }
 }
+
+// vector_encoder::in_order (two blocks of 8 bf16 elements in order, lane_store::store_in_order) in
+// every mode.
+void check_in_order(chunk<bf16>& work) {
+  namespace hn = detail::hn;
+  const auto d = detail::avx2_lanes();
+  for (std::size_t c = 0; c < 4; ++c) {
+    const cast_options options{modes[c].round, modes[c].on_overflow};
+    detail::visit_rounding(options.round, [&](auto mode) {
+      const detail::vector_encoder<bf16, decltype(d), decltype(mode)::value> encode(d, options);
+      for (std::size_t i = 0; i < chunk_size; i += 16) {
+        encode.in_order(hn::LoadU(d, &work.input[i]), hn::LoadU(d, &work.input[i + 8]),
+                        &work.hardware[i], i);
+      }
+    });
+    compare<bf16>(work, work.hardware, c, "in-order encoder, 8 lanes", work.failures);
+  }
+}
 #endif
 
 // from() with the modes as constants, so that the check itself is cheap.
@@ -263,6 +281,7 @@ mismatches sweep() {
 #if defined(TILEKERN_CONVERT_AVX2)
         if constexpr (std::is_same_v<F, bf16>) {
           check_interleaved(detail::avx2_lanes(), work);
+          check_in_order(work);
 #if defined(TILEKERN_CONVERT_AVX512)
           check_interleaved(detail::avx512_lanes(), work);
 #endif

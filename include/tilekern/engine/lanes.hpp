@@ -335,6 +335,12 @@ struct destination {
 
 namespace detail {
 
+// Whether the row loop encodes blocks of T two at a time, in order (lane_store::store_in_order):
+// bf16 on AVX2's 8 lanes, where the encoding's shuffles and NaN test cost less per two blocks (see
+// vector_encoder::in_order).
+template <class T, class D>
+constexpr bool two_blocks_in_order = std::is_same_v<T, bf16> && (hn::MaxLanes(D()) == 8);
+
 // The output side of the row loop: blocks of fp32 lanes encoded into row r of `to`. The rounding
 // mode is chosen per block, at run time (a branch that always goes the same way): each row loop
 // is compiled once per path, not once per mode, which keeps the engine's code (and its compile
@@ -371,6 +377,26 @@ class lane_store {
           break;
       }
       nearest_even.interleaved(even, odd, out, index(r, c));
+    }
+#endif
+  }
+  // Two blocks from c on, in order, encoded together (bf16 on 8 lanes: vector_encoder::in_order).
+  HWY_INLINE void store_in_order([[maybe_unused]] hn::Vec<D> first,
+                                 [[maybe_unused]] hn::Vec<D> second, [[maybe_unused]] std::size_t r,
+                                 [[maybe_unused]] std::size_t c) const {
+#if defined(TILEKERN_CONVERT_AVX2)
+    if constexpr (two_blocks_in_order<T, D>) {
+      auto* out = storage_of(to_.data() + r * to_.stride() + c);
+      const auto& [nearest_even, toward_zero, stochastic] = encoders_;
+      switch (cast_.round) {
+        case rounding::stochastic:
+          return stochastic.in_order(first, second, out, index(r, c));
+        case rounding::toward_zero:
+          return toward_zero.in_order(first, second, out, index(r, c));
+        case rounding::nearest_even:
+          break;
+      }
+      nearest_even.in_order(first, second, out, index(r, c));
     }
 #endif
   }
@@ -609,15 +635,18 @@ void map_rows(const destination<Out>& to, const Sums& sums, F&& f, const Operand
         for (auto& partial : sum) partial = identity_lanes<Op>(d);
       }
       [[maybe_unused]] auto nan = hn::MaskFromVec(hn::Zero(d));
-      const auto block = [&](std::size_t c, std::size_t chain) {
-        const auto x = compute([&](const auto& cursor) { return cursor.load(d, c); });
-        if constexpr (values == 1) out.store(d, x, r, c);
+      const auto reduce = [&](const result& x, std::size_t chain) {
         if constexpr (Reduce) {
           each_sum(x, [&](std::size_t k, auto v) {
             acc[k][chain] = combine_lanes<Op, D>(acc[k][chain], v);
           });
           if constexpr (Op != combine::sum) nan = hn::Or(nan, hn::IsNaN(x));
         }
+      };
+      const auto block = [&](std::size_t c, std::size_t chain) {
+        const auto x = compute([&](const auto& cursor) { return cursor.load(d, c); });
+        if constexpr (values == 1) out.store(d, x, r, c);
+        reduce(x, chain);
       };
       std::size_t c = 0;
       if constexpr (decltype(interleave)::value) {
@@ -634,10 +663,22 @@ void map_rows(const destination<Out>& to, const Sums& sums, F&& f, const Operand
                                 half([](const auto& pair) { return pair.second; }), r, c);
         }
       }
+      if constexpr (two_blocks_in_order<Out, D> && !decltype(interleave)::value) {
+        // Two blocks at a time, each summed into the chain the loops below would give it.
+        for (; c + 2 * lanes <= cols; c += 2 * lanes) {
+          const auto first = compute([&](const auto& cursor) { return cursor.load(d, c); });
+          const auto second =
+              compute([&](const auto& cursor) { return cursor.load(d, c + lanes); });
+          out.store_in_order(first, second, r, c);
+          const std::size_t chain = (c / lanes) % chains;
+          reduce(first, chain);
+          reduce(second, chain + 1);
+        }
+      }
       for (; c + slots <= cols; c += slots) {
         for (std::size_t chain = 0; chain < chains; ++chain) block(c + chain * lanes, chain);
       }
-      std::size_t chain = 0;
+      std::size_t chain = (c / lanes) % chains;  // 0 unless two blocks at a time ran
       for (; c + lanes <= cols; c += lanes, ++chain) block(c, chain);
       if (c < cols) {
         const std::size_t n = cols - c;

@@ -363,34 +363,25 @@ class vector_encoder {
   // mask put together without shuffles. The same bits as operator() element by element.
   HWY_INLINE void interleaved(hn::Vec<D> even, hn::Vec<D> odd, storage* out,
                               std::uint64_t index) const requires std::is_same_v<F, bf16> {
-    // As x86::bf16_codes_in_high_halves, in Highway's operations: the code in the high half.
-    const auto rounded = [&](hn::Vec<D> x, std::uint64_t first) TILEKERN_INLINE_LAMBDA {
-      const auto bits = hn::BitCast(du_, x);
-      hn::Vec<DU> increment = hn::Zero(du_);  // toward zero
-      if constexpr (Mode == rounding::stochastic) {
-        increment =
-            hn::ShiftRight<16>(random_lanes<2>(du_, key_, lane_steps_ + lane_steps_, first));
-      } else if constexpr (Mode == rounding::nearest_even) {
-        const auto lsb = hn::Set(du_, 0x10000u);  // the kept lsb, tested without a shift
-        increment = hn::Set(du_, 0x7fffu) - hn::VecFromMask(du_, (bits & lsb) == lsb);
-      }
-      return bits + increment;
-    };
-    const auto quieted = [&](hn::Vec<D> x, hn::Vec<DU> codes) TILEKERN_INLINE_LAMBDA {
-      const auto bits = hn::BitCast(du_, x);
-      return hn::IfThenElse(hn::RebindMask(du_, hn::IsNaN(x)), bits | hn::Set(du_, 0x400000u),
-                            codes);
-    };
-    auto even_codes = rounded(even, index), odd_codes = rounded(odd, index + 1);
-    // NaNs are rare: only a block whose sum has one (a NaN lane, or inf - inf) takes the select.
-    // Neither a NaN test nor a sum's NaN-ness depends on MXCSR.
-    if (!hn::AllFalse(D(), hn::IsNaN(even + odd))) [[unlikely]] {
-      even_codes = quieted(even, even_codes);
-      odd_codes = quieted(odd, odd_codes);
-    }
+    const auto [even_codes, odd_codes] = codes_in_high_halves<2>(even, odd, index, index + 1);
     const auto words = hn::ShiftRight<16>(even_codes) | (odd_codes & hn::Set(du_, 0xffff0000u));
     const hn::Repartition<storage, DU> dcodes;
     hn::StoreU(saturate_infinity(hn::BitCast(dcodes, words)), dcodes, out);
+  }
+
+  // Stores the codes of two blocks of 8 bf16 elements in order, first's from index on, then
+  // second's: rounded as interleaved does, then one pack of both blocks' high halves (x86/bf16.hpp;
+  // for 16 elements 4 shift and shuffle operations where two calls of operator() take 6, and one
+  // NaN test where they take 8 operations). The same bits as operator() element by element.
+  HWY_INLINE void in_order(hn::Vec<D> first, hn::Vec<D> second, storage* out,
+                           std::uint64_t index) const
+      requires(std::is_same_v<F, bf16>&& hn::MaxLanes(D()) == 8) {
+    const auto [first_codes, second_codes] =
+        codes_in_high_halves<1>(first, second, index, index + 8);
+    const hn::Repartition<storage, DU> dcodes;
+    const hn::Vec<decltype(dcodes)> codes{
+        x86::bf16_from_high_halves(first_codes.raw, second_codes.raw)};
+    hn::StoreU(saturate_infinity(codes), dcodes, out);
   }
 
   // Stores the codes of x, the elements with indices index, index + 1, ..., at out.
@@ -435,6 +426,41 @@ class vector_encoder {
  private:
   using DU = hn::RebindToUnsigned<D>;
   using DS = hn::Rebind<storage, D>;
+
+  // bf16's codes of the lanes of a and b in the high halves of their lanes, as
+  // x86::bf16_codes_in_high_halves computes them, in Highway's operations; the elements of a from
+  // index_a on and of b from index_b on, Stride apart. NaNs are rare: only a pair of blocks whose
+  // sum has one (a NaN lane, or inf - inf) takes the select. Neither a NaN test nor a sum's
+  // NaN-ness depends on MXCSR.
+  template <std::uint32_t Stride>
+  HWY_INLINE std::pair<hn::Vec<DU>, hn::Vec<DU>> codes_in_high_halves(hn::Vec<D> a, hn::Vec<D> b,
+                                                                      std::uint64_t index_a,
+                                                                      std::uint64_t index_b) const {
+    const auto rounded = [&](hn::Vec<D> x, std::uint64_t first) TILEKERN_INLINE_LAMBDA {
+      const auto bits = hn::BitCast(du_, x);
+      hn::Vec<DU> increment = hn::Zero(du_);  // toward zero
+      if constexpr (Mode == rounding::stochastic) {
+        static_assert(Stride == 1 || Stride == 2);
+        const auto steps = Stride == 1 ? lane_steps_ : lane_steps_ + lane_steps_;
+        increment = hn::ShiftRight<16>(random_lanes<Stride>(du_, key_, steps, first));
+      } else if constexpr (Mode == rounding::nearest_even) {
+        const auto lsb = hn::Set(du_, 0x10000u);  // the kept lsb, tested without a shift
+        increment = hn::Set(du_, 0x7fffu) - hn::VecFromMask(du_, (bits & lsb) == lsb);
+      }
+      return bits + increment;
+    };
+    const auto quieted = [&](hn::Vec<D> x, hn::Vec<DU> codes) TILEKERN_INLINE_LAMBDA {
+      const auto bits = hn::BitCast(du_, x);
+      return hn::IfThenElse(hn::RebindMask(du_, hn::IsNaN(x)), bits | hn::Set(du_, 0x400000u),
+                            codes);
+    };
+    auto a_codes = rounded(a, index_a), b_codes = rounded(b, index_b);
+    if (!hn::AllFalse(D(), hn::IsNaN(a + b))) [[unlikely]] {
+      a_codes = quieted(a, a_codes);
+      b_codes = quieted(b, b_codes);
+    }
+    return {a_codes, b_codes};
+  }
 
   HWY_INLINE auto narrow(hn::Vec<DU> codes) const {
     if constexpr (sizeof(storage) == 4) {

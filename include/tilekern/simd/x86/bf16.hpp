@@ -62,6 +62,12 @@ inline __m128i bf16_from_high_halves(__m256i codes) {
   const __m256i packed = _mm256_shuffle_epi8(codes, high_halves);
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
 }
+// The high halves of 16 lanes, a's 8 and then b's, in order: two shifts, one pack (which takes
+// each 128-bit half of a and b in turn) and one 64-bit permute.
+inline __m256i bf16_from_high_halves(__m256i a, __m256i b) {
+  const __m256i packed = _mm256_packus_epi32(_mm256_srli_epi32(a, 16), _mm256_srli_epi32(b, 16));
+  return _mm256_permute4x64_epi64(packed, 0xd8);
+}
 #endif
 
 }  // namespace tilekern::x86
