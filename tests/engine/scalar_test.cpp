@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -94,8 +95,8 @@ TEST_CASE("scalar: activation, every act, fp32, within accuracy(f).max_ulp over 
     float worst_at = 0;
     for (std::size_t r = 0; r < rows; ++r) {
       for (std::size_t c = 0; c < cols; ++c) {
-        // scale 1, bias 0: the argument is fma(x, 1, 0) = x (with -0 + 0 = +0).
-        const float argument = std::fma(src(r, c), 1.0f, 0.0f);
+        // No scale or bias: the argument is x itself (-0 included).
+        const float argument = src(r, c);
         const double error = ulp_error(dst(r, c), reference::activation(f, argument));
         if (error > worst) {
           worst = error;
@@ -285,6 +286,34 @@ TEST_CASE("scalar: exp(dst, src, scale, bias) is activation with act::exp") {
     }
   }
   CHECK(worst <= accuracy(act::exp).max_ulp);
+}
+
+TEST_CASE("scalar: the argument is src, src * scale or src * scale + bias") {
+  // Signed zeros (which a multiply-add with a zero bias would make +0), and products with the
+  // scale that are inexact (which a product rounded before the bias is added would show).
+  tensor<float> src(3, 21);
+  fill_uniform(src, 5, -4, 4);
+  src(0, 0) = -0.0f;
+  src(1, 20) = 0.0f;
+  src(2, 7) = -0.0f;
+  const float scale = 0.1f, bias = 0x1p-3f;
+  tensor<float> y(3, 21), y_scaled(3, 21), y_affine(3, 21), inverse(3, 21), sums(3, 1, 2);
+  scalar::activation(y.v(), src.cv(), act::identity);
+  scalar::activation(y_scaled.v(), src.cv(), act::identity, scale);
+  scalar::activation_sum(y_affine.v(), sums.v(), src.cv(), act::identity, scale, bias);
+  scalar::activation(inverse.v(), src.cv(), act::reciprocal);
+  for (std::size_t r = 0; r < 3; ++r) {
+    for (std::size_t c = 0; c < 21; ++c) {
+      const float x = src(r, c);
+      CAPTURE(x);
+      CHECK(std::bit_cast<std::uint32_t>(y(r, c)) == std::bit_cast<std::uint32_t>(x));
+      CHECK(std::bit_cast<std::uint32_t>(y_scaled(r, c)) ==
+            std::bit_cast<std::uint32_t>(x * scale));
+      CHECK(std::bit_cast<std::uint32_t>(y_affine(r, c)) ==
+            std::bit_cast<std::uint32_t>(std::fma(x, scale, bias)));
+      if (x == 0) CHECK(inverse(r, c) == (std::signbit(x) ? -INFINITY : INFINITY));  // 1 / -0
+    }
+  }
 }
 
 TEST_CASE("scalar: the same bits on every ISA path, every act") {

@@ -4,7 +4,7 @@
 //   log-spaced magnitudes from 1e-38 to 3e38 of both signs), those in the function's stated range
 //   (accuracy(f) in simd/math.hpp): within accuracy(f).max_ulp fp32 ulp of the fp64 value (ulp as
 //   simd/math.hpp defines it: 2^-149 below 2^-126); NaN where the reference is NaN; inf where it
-//   is inf (also outside the range).
+//   is inf (also outside the range); the reference's sign where it is 0 or inf (f(-0), 1 / -0).
 // - every format F in and out, every code of F as input (tf32: every third code), nearest even
 //   and stochastic (seed 7): for inputs in the stated range whose fp64 result r is within F's
 //   range, with d = max_ulp fp32 ulp of r (the fp32 result lies in [r - d, r + d]):
@@ -14,7 +14,7 @@
 //       can cross (within 1 code always), and exactly F::from(r) where no boundary is that close;
 //     stochastic: between the largest value of F <= r - d and the smallest >= r + d (one of the
 //       two codes bracketing the fp32 result); the same seed gives the same bytes.
-//   NaN where the reference is NaN.
+//   NaN where the reference is NaN; the reference's sign where it is 0 or inf.
 // - a strided 2-D view and a mixed-format call (bf16 in, float out), y = x in place, and the
 //   shape error.
 
@@ -82,7 +82,10 @@ TEST_CASE("activation kernel, float: within accuracy(f) of the fp64 reference") 
       INFO("x ", inputs[i], ": y ", y[i], ", reference ", ref);
       if (std::isnan(ref)) {
         CHECK(std::isnan(y[i]));
-      } else if (std::abs(ref) > std::numeric_limits<float>::max()) {
+        continue;
+      }
+      if (ref == 0 || std::isinf(ref)) CHECK(std::signbit(y[i]) == std::signbit(ref));
+      if (std::abs(ref) > std::numeric_limits<float>::max()) {
         // Beyond fp32: inf, or max where the exact value rounds down to it.
         CHECK(std::abs(static_cast<double>(y[i])) >= std::numeric_limits<float>::max());
       } else if (in_range(f, inputs[i])) {
@@ -135,6 +138,7 @@ void check_format() {
           CHECK(y[i].is_nan());
           continue;
         }
+        if (ref == 0 || std::isinf(ref)) CHECK(y[i].is_negative() == std::signbit(ref));
         if (!in_range(f, xi) || std::abs(ref) > max) continue;
         const double d = accuracy(f).max_ulp * ulp32(ref);
         const double v = y[i].to_double();

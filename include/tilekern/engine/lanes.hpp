@@ -367,16 +367,9 @@ class lane_store {
 #if defined(TILEKERN_CONVERT_AVX2)
     if constexpr (std::is_same_v<T, bf16> && hn::MaxLanes(D()) > 1) {
       auto* out = storage_of(to_.data() + r * to_.stride() + c);
-      const auto& [nearest_even, toward_zero, stochastic] = encoders_;
-      switch (cast_.round) {
-        case rounding::stochastic:
-          return stochastic.interleaved(even, odd, out, index(r, c));
-        case rounding::toward_zero:
-          return toward_zero.interleaved(even, odd, out, index(r, c));
-        case rounding::nearest_even:
-          break;
-      }
-      nearest_even.interleaved(even, odd, out, index(r, c));
+      with_encoder([&](const auto& encoder) TILEKERN_INLINE_LAMBDA {
+        encoder.interleaved(even, odd, out, index(r, c));
+      });
     }
 #endif
   }
@@ -387,16 +380,9 @@ class lane_store {
 #if defined(TILEKERN_CONVERT_AVX2)
     if constexpr (two_blocks_in_order<T, D>) {
       auto* out = storage_of(to_.data() + r * to_.stride() + c);
-      const auto& [nearest_even, toward_zero, stochastic] = encoders_;
-      switch (cast_.round) {
-        case rounding::stochastic:
-          return stochastic.in_order(first, second, out, index(r, c));
-        case rounding::toward_zero:
-          return toward_zero.in_order(first, second, out, index(r, c));
-        case rounding::nearest_even:
-          break;
-      }
-      nearest_even.in_order(first, second, out, index(r, c));
+      with_encoder([&](const auto& encoder) TILEKERN_INLINE_LAMBDA {
+        encoder.in_order(first, second, out, index(r, c));
+      });
     }
 #endif
   }
@@ -425,19 +411,29 @@ class lane_store {
       *out = T::from(hn::GetLane(x), cast_.round, cast_.on_overflow, random);
     } else {
 #if defined(TILEKERN_CONVERT_AVX2)
-      const auto& [nearest_even, toward_zero, stochastic] = encoders_;
-      switch (cast_.round) {
-        case rounding::stochastic:
-          return stochastic(x, storage_of(out), index);
-        case rounding::toward_zero:
-          return toward_zero(x, storage_of(out), index);
-        case rounding::nearest_even:
-          break;
-      }
-      nearest_even(x, storage_of(out), index);
+      with_encoder([&](const auto& encoder)
+                       TILEKERN_INLINE_LAMBDA { encoder(x, storage_of(out), index); });
 #endif
     }
   }
+
+#if defined(TILEKERN_CONVERT_AVX2)
+  // body(encoder) with the encoder of the cast's rounding mode: one switch per call, each case
+  // inlined with its mode fixed.
+  template <class Body>
+  HWY_INLINE void with_encoder(Body body) const {
+    const auto& [nearest_even, toward_zero, stochastic] = encoders_;
+    switch (cast_.round) {
+      case rounding::stochastic:
+        return body(stochastic);
+      case rounding::toward_zero:
+        return body(toward_zero);
+      case rounding::nearest_even:
+        break;
+    }
+    body(nearest_even);
+  }
+#endif
 
   static auto make_encoders([[maybe_unused]] D d, [[maybe_unused]] const cast_options& cast) {
 #if defined(TILEKERN_CONVERT_AVX2)

@@ -31,9 +31,9 @@ inline double sigmoid(double v) {
   return 1 / (1 + std::exp(-v));
 }
 
-// x sigmoid(v) with the right limit (0, not NaN) at x = -inf.
+// x sigmoid(v) with the right limit (-0, not NaN) at x = -inf.
 inline double times_sigmoid(double x, double v) {
-  if (x == -std::numeric_limits<double>::infinity()) return 0;
+  if (x == -std::numeric_limits<double>::infinity()) return -0.0;
   return x * sigmoid(v);
 }
 
@@ -59,7 +59,7 @@ inline double activation(act f, double x) {
     case act::relu:
       return x < 0 ? 0.0 : x;
     case act::gelu_erf:
-      if (x == -std::numeric_limits<double>::infinity()) return 0;
+      if (x == -std::numeric_limits<double>::infinity()) return -0.0;
       if (x < 0) return 0.5 * x * std::erfc(-x / std::numbers::sqrt2);
       return 0.5 * x * (1 + std::erf(x / std::numbers::sqrt2));
     case act::gelu_tanh: {
@@ -71,7 +71,7 @@ inline double activation(act f, double x) {
     case act::softplus:
       return detail::softplus(x);
     case act::mish:
-      if (x == -std::numeric_limits<double>::infinity()) return 0;
+      if (x == -std::numeric_limits<double>::infinity()) return -0.0;
       return x * std::tanh(detail::softplus(x));
     case act::erf:
       return std::erf(x);

@@ -360,13 +360,14 @@ class vector_encoder {
   // Stores the codes of 2 * lanes bf16 elements, from index on, given interleaved: lane j of even
   // holds element 2j, lane j of odd element 2j + 1 (as widen_bf16_interleaved loads them). Each
   // word of the output is then one even lane's code below one odd lane's, which a shift and a
-  // mask put together without shuffles. The same bits as operator() element by element.
+  // 16-bit blend put together without shuffles. The same bits as operator() element by element.
   HWY_INLINE void interleaved(hn::Vec<D> even, hn::Vec<D> odd, storage* out,
                               std::uint64_t index) const requires std::is_same_v<F, bf16> {
     const auto [even_codes, odd_codes] = codes_in_high_halves<2>(even, odd, index, index + 1);
-    const auto words = hn::ShiftRight<16>(even_codes) | (odd_codes & hn::Set(du_, 0xffff0000u));
     const hn::Repartition<storage, DU> dcodes;
-    hn::StoreU(saturate_infinity(hn::BitCast(dcodes, words)), dcodes, out);
+    const auto codes = hn::OddEven(hn::BitCast(dcodes, odd_codes),  // high halves: odd elements
+                                   hn::BitCast(dcodes, hn::ShiftRight<16>(even_codes)));
+    hn::StoreU(saturate_infinity(codes), dcodes, out);
   }
 
   // Stores the codes of two blocks of 8 bf16 elements in order, first's from index on, then
@@ -444,8 +445,11 @@ class vector_encoder {
         const auto steps = Stride == 1 ? lane_steps_ : lane_steps_ + lane_steps_;
         increment = hn::ShiftRight<16>(random_lanes<Stride>(du_, key_, steps, first));
       } else if constexpr (Mode == rounding::nearest_even) {
-        const auto lsb = hn::Set(du_, 0x10000u);  // the kept lsb, tested without a shift
-        increment = hn::Set(du_, 0x7fffu) - hn::VecFromMask(du_, (bits & lsb) == lsb);
+        // 0x7fff, plus 1 where the kept lsb (bit 16) is set: minus that bit, shifted to the
+        // sign and spread over the lane.
+        const hn::RebindToSigned<DU> di;
+        const auto lsb_mask = hn::BroadcastSignBit(hn::BitCast(di, hn::ShiftLeft<15>(bits)));
+        increment = hn::Set(du_, 0x7fffu) - hn::BitCast(du_, lsb_mask);
       }
       return bits + increment;
     };

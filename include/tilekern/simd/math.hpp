@@ -658,7 +658,14 @@ HWY_INLINE hn::Vec<D> activate(D d, hn::Vec<D> x) {
   } else if constexpr (F == act::sigmoid) {
     return vmath::sigmoid(d, x);
   } else if constexpr (F == act::relu) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+    // Max is maxps here, which returns its second operand, x, unless the first is the greater:
+    // x < 0 ? +0 : x, NaN and -0 included. (The emulated targets' Max returns the other operand
+    // of a NaN.)
+    return hn::Max(hn::Zero(d), x);
+#else
     return hn::IfThenZeroElse(hn::Lt(x, hn::Zero(d)), x);
+#endif
   } else if constexpr (F == act::gelu_erf) {
     return vmath::gelu_erf(d, x);
   } else if constexpr (F == act::gelu_tanh) {
