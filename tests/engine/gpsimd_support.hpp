@@ -273,7 +273,7 @@ inline std::size_t lanes_of(isa level) {
   return 0;
 }
 
-// Calls visitor.template operator()<T>() for float and each named format.
+// Calls visitor.template operator()<T>() for float and each test format (support/formats.hpp).
 template <class Visitor>
 void for_each_element_type(Visitor&& visitor) {
   visitor.template operator()<float>();

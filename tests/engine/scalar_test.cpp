@@ -1,9 +1,12 @@
 // The scalar engine (engine/scalar.hpp): activation and activation_sum for every act, against
 // reference::activation in fp64 within accuracy(f).max_ulp (simd/math.hpp) over dense inputs in
 // each function's stated range; scale and bias as floats, columns, rows and full tensors (the
-// argument is one fused multiply-add, rounded once: std::fma in the test); every destination
-// format (the output must lie between the roundings of the ends of the allowed interval); the row
-// sums within a derived bound; NaN; the same bits on every ISA path; and the shape errors.
+// argument is one fused multiply-add, rounded once: std::fma in the test); float and three
+// destination formats, one per conversion path (the output must lie between the roundings of the
+// ends of the allowed interval; every named format is stored by the same code, which
+// vector_test.cpp checks for each, and kernels/activation_test.cpp runs every act into every
+// format); the row sums within a derived bound; NaN; the same bits on every ISA path; and the shape
+// errors.
 
 #include <doctest/doctest.h>
 

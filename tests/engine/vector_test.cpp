@@ -1,7 +1,8 @@
 // The vector engine (engine/vector.hpp) against double-precision computations in the test:
-// elementwise operations for every format as destination and as source, every broadcast kind,
-// odd and strided shapes, every rounding through vector::rounded; bit-identity across ISA paths;
-// reductions within derived bounds; bn_stats / bn_aggr against fp64 two-pass statistics; and the
+// elementwise operations for float and three formats (every named format through one operation
+// each) as destination and as source, every broadcast kind, odd and strided shapes, every
+// rounding through vector::rounded; bit-identity across ISA paths; reductions within derived
+// bounds; bn_stats / bn_aggr against fp64 two-pass statistics; and the
 // shape errors of every operation and argument. Destinations and sources live in guarded
 // buffers whose last row ends at an unreadable page (engine_support.hpp).
 
@@ -14,6 +15,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -74,28 +76,51 @@ float apply(binop op, double x, double y) {
   return 0;
 }
 
+// An operation fixed at compile time: code given only<op> instantiates that operation alone.
+template <binop Op>
+using fixed_binop = std::integral_constant<binop, Op>;
+template <binop Op>
+constexpr fixed_binop<Op> only{};
+
+template <binop Op, class Dst, class A, class B>
+void run(fixed_binop<Op>, Dst&& dst, const A& a, const B& b) {
+  if constexpr (Op == binop::add) {
+    vector::add(dst, a, b);
+  } else if constexpr (Op == binop::sub) {
+    vector::sub(dst, a, b);
+  } else if constexpr (Op == binop::mul) {
+    vector::mul(dst, a, b);
+  } else if constexpr (Op == binop::div) {
+    vector::div(dst, a, b);
+  } else if constexpr (Op == binop::max) {
+    vector::max(dst, a, b);
+  } else {
+    vector::min(dst, a, b);
+  }
+}
+
 template <class Dst, class A, class B>
 void run(binop op, Dst&& dst, const A& a, const B& b) {
   switch (op) {
     case binop::add:
-      return vector::add(dst, a, b);
+      return run(only<binop::add>, dst, a, b);
     case binop::sub:
-      return vector::sub(dst, a, b);
+      return run(only<binop::sub>, dst, a, b);
     case binop::mul:
-      return vector::mul(dst, a, b);
+      return run(only<binop::mul>, dst, a, b);
     case binop::div:
-      return vector::div(dst, a, b);
+      return run(only<binop::div>, dst, a, b);
     case binop::max:
-      return vector::max(dst, a, b);
+      return run(only<binop::max>, dst, a, b);
     case binop::min:
-      return vector::min(dst, a, b);
+      return run(only<binop::min>, dst, a, b);
   }
 }
 
 // dst (D) = a (A, full, strided) op b (B, in the given broadcast shape), rounded with `cast` and
-// the given stochastic indices, against the double computation.
-template <class D, class A, class B>
-void check_binary(binop op, shape s, broadcast kind, const cast_options& cast, index_config indices,
+// the given stochastic indices, against the double computation. `op` is a binop, or only<op>.
+template <class D, class A, class B, class Op>
+void check_binary(Op op, shape s, broadcast kind, const cast_options& cast, index_config indices,
                   std::uint64_t seed) {
   tensor<D> dst(s.rows, s.cols, s.cols + 3);
   tensor<A> a(s.rows, s.cols, s.cols + 2);
@@ -657,6 +682,25 @@ TEST_CASE("vector: col_sum col_mean col_max col_min, every source format, within
     for (shape s : {shape{1, 1}, shape{15, 3}, shape{33, 7}, shape{767, 4}, shape{5, 1001}}) {
       check_col_reductions<T>(s);
     }
+  });
+}
+
+// The engine tests run every operation for float and three formats, one per conversion path
+// (tests/CMakeLists.txt, support/formats.hpp). Every named format goes in and out through the same
+// loads and stores: here each one is a destination (every rounding), a source of the same format
+// and a reduction input.
+TEST_CASE("vector: every named format as destination, source and reduction input") {
+  for_each_format([]<class F>() {
+    std::uint64_t seed = 300;
+    for (shape s : odd_shapes) {
+      for_each_rounding<F>([&](const cast_options& cast, index_config indices) {
+        check_binary<F, F, F>(only<binop::add>, s, broadcast::full, cast, indices, ++seed);
+        check_binary<F, float, float>(only<binop::div>, s, broadcast::column, cast, indices,
+                                      ++seed);
+      });
+    }
+    check_row_reductions<F>({7, 33}, false);
+    check_col_reductions<F>({33, 7});
   });
 }
 

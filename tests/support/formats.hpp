@@ -4,9 +4,10 @@
 // Every named format (types/formats.hpp), or, when TILEKERN_TEST_FEWER_FORMATS is defined, three
 // whose conversions take different code paths: bf16 (a shift in, vcvtneps2bf16 or the integer
 // encoder out), fp16 (F16C both ways) and fp8_e4m3 (the general encoder). The sanitize and avx2
-// presets define it (tests/CMakeLists.txt): they rebuild every test, and the engines' templates
-// instantiated for every format make that build take most of CI's time; the release preset
-// builds and runs every format on every ISA path.
+// presets define it (CMakePresets.json): they rebuild every test, and the engines' templates
+// instantiated for every format make that build take most of CI's time. The engine tests define
+// it in every build (tests/CMakeLists.txt) and take every named format through one operation
+// each; the release preset builds and runs the kernel tests for every format on every ISA path.
 
 #include <tuple>
 
