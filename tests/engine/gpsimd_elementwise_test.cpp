@@ -97,7 +97,7 @@ void check_twice_mixed_formats(std::span<const cast_options> casts,
   check_twice_everywhere<fp8_e4m3, fp8_e3m4>(11, casts, configs);
 }
 
-TEST_CASE("gpsimd: elementwise x * 2 from float and every format into every format") {
+TEST_CASE("gpsimd: elementwise x * 2 from float and each test format into each test format") {
   check_twice_every_format(quick_casts, quick_core_configs);
 }
 

@@ -191,7 +191,7 @@ void check_load_store_everywhere(std::span<const cast_options> casts,
   });
 }
 
-TEST_CASE("gpsimd: launch with load and store, every format, every length") {
+TEST_CASE("gpsimd: launch with load and store, each test format, every length") {
   check_load_store_everywhere(quick_casts, quick_core_configs);
   constexpr std::size_t one_length[] = {1000}, one_piece[] = {7};
   check_load_store_everywhere(quick_casts.last(1),

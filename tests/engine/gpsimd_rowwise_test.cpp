@@ -126,7 +126,7 @@ void check_stats_everywhere(std::uint64_t seed, std::span<const cast_options> ca
   });
 }
 
-TEST_CASE("gpsimd: rowwise max, sum and transform with a broadcast gamma, every format") {
+TEST_CASE("gpsimd: rowwise max, sum and transform with a broadcast gamma, each test format") {
   for_each_test_format([]<class F>() {
     check_stats_everywhere<F, float, F, F, float, F>(100);
     check_stats_everywhere<float, F, float, F, F, float>(200);
@@ -140,7 +140,7 @@ TEST_CASE("gpsimd: rowwise max, sum and transform, mixed formats, every cast") {
 }
 
 TEST_SUITE("long") {
-  TEST_CASE("gpsimd: rowwise statistics, every format, every cast and core count") {
+  TEST_CASE("gpsimd: rowwise statistics, each test format, every cast and core count") {
     for_each_test_format([]<class F>() {
       check_stats_everywhere<F, F, F, float, F, F>(1000, all_casts, core_configs);
       check_stats_everywhere<float, F, bf16, F, fp8_e4m3, F>(2000, all_casts, core_configs);

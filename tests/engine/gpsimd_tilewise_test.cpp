@@ -132,7 +132,7 @@ TEST_CASE("gpsimd: tilewise with edge tiles, every tile size") {
   check_tiles_everywhere<16, 32, fp16, fp8_e4m3, float, bf16, fp16, fp8_e4m3>(5);
 }
 
-TEST_CASE("gpsimd: tilewise from and into every format") {
+TEST_CASE("gpsimd: tilewise from and into each test format") {
   for_each_test_format([]<class F>() {
     check_tiles_everywhere<4, 8, F, float, F, float, F, F>(10, quick_casts);
     check_tiles_everywhere<2, 3, float, F, float, F, float, F>(20, quick_casts);
@@ -140,7 +140,7 @@ TEST_CASE("gpsimd: tilewise from and into every format") {
 }
 
 TEST_SUITE("long") {
-  TEST_CASE("gpsimd: tilewise, every format, every cast and core count") {
+  TEST_CASE("gpsimd: tilewise, each test format, every cast and core count") {
     for_each_test_format([]<class F>() {
       check_tiles_everywhere<4, 8, F, F, F, bf16, F, F>(30, all_casts, core_configs);
       check_tiles_everywhere<5, 3, float, F, F, F, fp8_e4m3, F>(40, all_casts, core_configs);

@@ -5,8 +5,8 @@
 // destination formats, one per conversion path (the output must lie between the roundings of the
 // ends of the allowed interval; every named format is stored by the same code, which
 // vector_test.cpp checks for each, and kernels/activation_test.cpp runs every act into every
-// format); the row sums within a derived bound; NaN; the same bits on every ISA path; and the shape
-// errors.
+// format); the row sums within a derived bound; NaN; the same bits on every ISA path; and the
+// shape errors.
 
 #include <doctest/doctest.h>
 
@@ -220,7 +220,8 @@ TEST_CASE("scalar: activation with scale and bias as floats, columns, rows and t
   }
 }
 
-TEST_CASE("scalar: activation and activation_sum, every destination format and rounding") {
+TEST_CASE(
+    "scalar: activation and activation_sum, each test format as destination, every rounding") {
   for_each_element_type([]<class D>() {
     for (act f : all_acts) {
       for (shape s : {shape{3, 15}, shape{7, 33}}) {

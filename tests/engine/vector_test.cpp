@@ -2,9 +2,9 @@
 // elementwise operations for float and three formats (every named format through one operation
 // each) as destination and as source, every broadcast kind, odd and strided shapes, every
 // rounding through vector::rounded; bit-identity across ISA paths; reductions within derived
-// bounds; bn_stats / bn_aggr against fp64 two-pass statistics; and the
-// shape errors of every operation and argument. Destinations and sources live in guarded
-// buffers whose last row ends at an unreadable page (engine_support.hpp).
+// bounds; bn_stats / bn_aggr against fp64 two-pass statistics; and the shape errors of every
+// operation and argument. Destinations and sources live in guarded buffers whose last row ends
+// at an unreadable page (engine_support.hpp).
 
 #include <doctest/doctest.h>
 
@@ -156,7 +156,7 @@ void for_each_rounding(Body&& body) {
   }
 }
 
-TEST_CASE("vector: add sub mul div max min, every destination format, every rounding") {
+TEST_CASE("vector: add sub mul div max min, each test format as destination, every rounding") {
   for_each_element_type([]<class D>() {
     std::uint64_t seed = 1;
     for (binop op : all_binops) {
@@ -175,7 +175,7 @@ TEST_CASE("vector: add sub mul div max min, every destination format, every roun
   });
 }
 
-TEST_CASE("vector: add sub mul div max min, every source format") {
+TEST_CASE("vector: add sub mul div max min, each test format as source") {
   for_each_element_type([]<class S>() {
     std::uint64_t seed = 100;
     for (binop op : all_binops) {
@@ -269,7 +269,7 @@ TEST_CASE("vector: max and min with NaN give b, as documented") {
 // ---------------------------------------------------------------------------------------------
 // map: any expression of up to 8 sources, with broadcasts.
 
-TEST_CASE("vector: map, three sources with broadcasts, every destination format") {
+TEST_CASE("vector: map, three sources with broadcasts, each test format as destination") {
   for_each_element_type([]<class D>() {
     for (shape s : odd_shapes) {
       for_each_rounding<D>([&](const cast_options& cast, index_config indices) {
@@ -434,7 +434,7 @@ TEST_CASE("vector: affine_select with a general predicate and a row source") {
       "affine_select 2r - 3c + 1 >= 0");
 }
 
-TEST_CASE("vector: iota, every destination format") {
+TEST_CASE("vector: iota, each test format as destination") {
   for_each_element_type([]<class D>() {
     for (shape s : {shape{1, 1}, shape{3, 15}, shape{7, 33}, shape{4, 300}}) {
       for (affine f : {affine{.row = static_cast<float>(s.cols), .col = 1, .offset = 0},
@@ -481,7 +481,7 @@ void check_transpose(shape s, const cast_options& cast, index_config indices) {
           " " + describe_cast(cast));
 }
 
-TEST_CASE("vector: transpose, every destination and source format") {
+TEST_CASE("vector: transpose, each test format as destination and source") {
   for_each_element_type([]<class D>() {
     // Source columns longer than the 256-element pieces transpose gathers, and short ones.
     for (shape s : {shape{1, 1}, shape{17, 5}, shape{300, 3}, shape{3, 41}}) {
@@ -638,7 +638,8 @@ void check_row_reductions(shape s, bool out_as_span) {
   }
 }
 
-TEST_CASE("vector: row_sum row_mean row_max row_min, every source format, within the bound") {
+TEST_CASE(
+    "vector: row_sum row_mean row_max row_min, each test format as source, within the bound") {
   for_each_element_type([]<class T>() {
     for (shape s : reduction_shapes) {
       check_row_reductions<T>(s, false);
@@ -677,7 +678,8 @@ void check_col_reductions(shape s) {
   }
 }
 
-TEST_CASE("vector: col_sum col_mean col_max col_min, every source format, within the bound") {
+TEST_CASE(
+    "vector: col_sum col_mean col_max col_min, each test format as source, within the bound") {
   for_each_element_type([]<class T>() {
     for (shape s : {shape{1, 1}, shape{15, 3}, shape{33, 7}, shape{767, 4}, shape{5, 1001}}) {
       check_col_reductions<T>(s);
