@@ -348,7 +348,9 @@ constexpr bool two_blocks_in_order = std::is_same_v<T, bf16> && (hn::MaxLanes(D(
 template <class T, class D>
 class lane_store {
  public:
-  lane_store(D d, const destination<T>& to)
+  // Inlined, like every member: a lane_store whose address reached a call would count as escaped,
+  // and gcc would read its fields from memory again after every vector store.
+  HWY_INLINE lane_store(D d, const destination<T>& to)
       : to_(to.to),
         cast_(to.cast),
         first_index_(to.first_index),

@@ -112,7 +112,11 @@ HWY_INLINE hn::Vec<D> softmax_exp_lookup(D d, hn::Vec<hn::RebindToSigned<D>> j) 
     return hn::Vec<D>{_mm256_permutevar8x32_ps(_mm256_load_ps(softmax_exp_table), j.raw)};
   } else {
 #if defined(__AVX512F__)
-    return hn::Vec<D>{_mm512_permutexvar_ps(j.raw, _mm512_load_ps(softmax_exp_table))};
+    // The zero-masking form with every lane selected compiles to the same vpermps; the plain
+    // _mm512_permutexvar_ps passes _mm512_undefined_ps(), on which gcc 12 warns
+    // maybe-uninitialized (bug 105593), an error under -Werror.
+    return hn::Vec<D>{
+        _mm512_maskz_permutexvar_ps(0xffff, j.raw, _mm512_load_ps(softmax_exp_table))};
 #endif
   }
 }

@@ -360,11 +360,24 @@ class vector_encoder {
   // Stores the codes of 2 * lanes bf16 elements, from index on, given interleaved: lane j of even
   // holds element 2j, lane j of odd element 2j + 1 (as widen_bf16_interleaved loads them). Each
   // word of the output is then one even lane's code below one odd lane's, which a shift and a
-  // 16-bit blend put together without shuffles. The same bits as operator() element by element.
+  // 16-bit blend put together without shuffles; with AVX512-BF16, nearest even, vcvtne2ps2bf16
+  // and one permute (fp32 subnormals aside, which it flushes). The same bits as operator()
+  // element by element.
   HWY_INLINE void interleaved(hn::Vec<D> even, hn::Vec<D> odd, storage* out,
                               std::uint64_t index) const requires std::is_same_v<F, bf16> {
-    const auto [even_codes, odd_codes] = codes_in_high_halves<2>(even, odd, index, index + 1);
     const hn::Repartition<storage, DU> dcodes;
+#if defined(__AVX512BF16__)
+    if constexpr (Mode == rounding::nearest_even && uses_bf16_instruction<F, D>()) {
+      if (_kortestz_mask16_u8(x86::fp32_subnormal_lanes(even.raw),
+                              x86::fp32_subnormal_lanes(odd.raw))) {
+        const hn::Vec<decltype(dcodes)> codes{
+            x86::bf16_interleaved_from_float_nearest(even.raw, odd.raw)};
+        hn::StoreU(saturate_infinity(codes), dcodes, out);
+        return;
+      }
+    }
+#endif
+    const auto [even_codes, odd_codes] = codes_in_high_halves<2>(even, odd, index, index + 1);
     const auto codes = hn::OddEven(hn::BitCast(dcodes, odd_codes),  // high halves: odd elements
                                    hn::BitCast(dcodes, hn::ShiftRight<16>(even_codes)));
     hn::StoreU(saturate_infinity(codes), dcodes, out);
@@ -409,10 +422,7 @@ class vector_encoder {
       hn::StoreU(saturate_infinity(codes), dstorage_, out);
     } else if constexpr (uses_bf16_instruction<F, D>()) {
 #if defined(__AVX512BF16__)
-      // fp32 subnormals (magnitude bits 1..0x7fffff), which the instruction reads as 0. (Not
-      // vfpclassps: it honours MXCSR.DAZ.)
-      const auto magnitude = hn::BitCast(du_, x) & hn::Set(du_, 0x7fffffffu);
-      if (!hn::AllFalse(du_, magnitude - hn::Set(du_, 1u) < hn::Set(du_, 0x7fffffu))) {
+      if (x86::fp32_subnormal_lanes(x.raw) != 0) {
         encode_generic(x, out, round_nearest_even());
         return;
       }

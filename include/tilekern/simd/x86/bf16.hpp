@@ -19,6 +19,25 @@ namespace tilekern::x86 {
 inline __m256i bf16_from_float_nearest(__m512 x) {
   return std::bit_cast<__m256i>(_mm512_cvtneps_pbh(x));
 }
+
+// The codes of two blocks of 16 lanes interleaved: word 2j holds even's lane j, word 2j + 1 odd's
+// (vector_encoder::interleaved): one vcvtne2ps2bf16 of both and one 16-bit permute.
+inline __m512i bf16_interleaved_from_float_nearest(__m512 even, __m512 odd) {
+  const __m512i in_order = std::bit_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even));
+  const __m512i interleave =
+      _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(interleave, in_order);
+}
+
+// The lanes of x that are fp32 subnormals (exponent field 0, mantissa not 0), which vcvtneps2bf16
+// reads as 0: two bit tests, the second under the first's mask. (Not vfpclassps: it honours
+// MXCSR.DAZ.)
+inline __mmask16 fp32_subnormal_lanes(__m512 x) {
+  const __m512i bits = _mm512_castps_si512(x);
+  const __mmask16 zero_exponent = _mm512_testn_epi32_mask(bits, _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_test_epi32_mask(zero_exponent, bits, _mm512_set1_epi32(0x7fffff));
+}
 #endif
 
 #if defined(__AVX2__)
