@@ -169,16 +169,18 @@ struct operand {
       if constexpr (Kind == along::constant) return splat;
       if constexpr (Kind != along::constant) return load_partial(d, row + c, n);
     }
-    // Two blocks from c on, interleaved (see map_rows): bf16 codes as they are, a float row from
-    // its copy in that order (with_interleaved_rows).
-    HWY_INLINE std::pair<hn::Vec<D>, hn::Vec<D>> load_interleaved(D d, std::size_t c) const {
-      if constexpr (Kind == along::constant) return {splat, splat};
+    // Block K (0 or 1) of the two from c on, interleaved (see map_rows): bf16 codes as they
+    // are, a float row from its copy in that order (with_interleaved_rows). One block at a time,
+    // not the pair: gcc 12 stored a pair of a constant's splats to the stack on every block.
+    template <std::size_t K>
+    HWY_INLINE hn::Vec<D> load_interleaved(D d, std::size_t c) const {
+      if constexpr (Kind == along::constant) return splat;
       if constexpr (Kind != along::constant && std::is_same_v<T, float>) {
-        return {hn::LoadU(d, row + c), hn::LoadU(d, row + c + hn::MaxLanes(d))};
+        return hn::LoadU(d, row + c + K * hn::MaxLanes(d));
       }
 #if defined(TILEKERN_CONVERT_AVX2)
       if constexpr (Kind != along::constant && std::is_same_v<T, bf16>) {
-        return widen_bf16_interleaved(d, storage_of(row + c));
+        return std::get<K>(widen_bf16_interleaved(d, storage_of(row + c)));
       }
 #endif
     }
@@ -524,6 +526,21 @@ HWY_INLINE void each_sum(const Result& x, G&& g) {
   }
 }
 
+// body(chain) with the run-time chain as a compile-time index (std::integral_constant) where there
+// are at most 8 chains (the vector paths), so that the partial results it indexes stay in
+// registers: gcc 12 kept them in memory, stored after every block, when one index into them was a
+// run-time value. The scalar path's 32 or 64 chains take the run-time index.
+template <std::size_t Chains, class Body>
+HWY_INLINE void at_chain(std::size_t chain, Body&& body) {
+  if constexpr (Chains <= 8) {
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      ((chain == K ? body(std::integral_constant<std::size_t, K>()) : void()), ...);
+    }(std::make_index_sequence<Chains>());
+  } else {
+    body(chain);
+  }
+}
+
 // Whether map_rows may run interleaved blocks on lanes D: two blocks at a time, lane j of the
 // first holding element 2j, of the second element 2j + 1 (widen_bf16_interleaved), when the
 // destination is bf16, no reduction follows the element order, and every operand it loads is bf16
@@ -635,8 +652,10 @@ void map_rows(const destination<Out>& to, const Sums& sums, F&& f, const Operand
       [[maybe_unused]] auto nan = hn::MaskFromVec(hn::Zero(d));
       const auto reduce = [&](const result& x, std::size_t chain) {
         if constexpr (Reduce) {
-          each_sum(x, [&](std::size_t k, auto v) {
-            acc[k][chain] = combine_lanes<Op, D>(acc[k][chain], v);
+          at_chain<chains>(chain, [&](auto j) {
+            each_sum(x, [&](std::size_t k, auto v) {
+              acc[k][j] = combine_lanes<Op, D>(acc[k][j], v);
+            });
           });
           if constexpr (Op != combine::sum) nan = hn::Or(nan, hn::IsNaN(x));
         }
@@ -649,16 +668,10 @@ void map_rows(const destination<Out>& to, const Sums& sums, F&& f, const Operand
       std::size_t c = 0;
       if constexpr (decltype(interleave)::value) {
         for (; c + 2 * lanes <= cols; c += 2 * lanes) {
-          const auto pairs = std::apply(
-              [&](const auto&... cursor) {
-                return std::make_tuple(cursor.load_interleaved(d, c)...);
-              },
-              cursors);
-          const auto half = [&](auto get) {
-            return std::apply([&](const auto&... pair) { return f(d, get(pair)...); }, pairs);
-          };
-          out.store_interleaved(half([](const auto& pair) { return pair.first; }),
-                                half([](const auto& pair) { return pair.second; }), r, c);
+          out.store_interleaved(
+              compute([&](const auto& cursor) { return cursor.template load_interleaved<0>(d, c); }),
+              compute([&](const auto& cursor) { return cursor.template load_interleaved<1>(d, c); }),
+              r, c);
         }
       }
       if constexpr (two_blocks_in_order<Out, D> && !decltype(interleave)::value) {
@@ -684,9 +697,11 @@ void map_rows(const destination<Out>& to, const Sums& sums, F&& f, const Operand
         if constexpr (values == 1) out.store_tail(d, x, r, c, n);
         if constexpr (Reduce) {
           const auto valid = hn::FirstN(d, n);
-          each_sum(x, [&](std::size_t k, auto v) {
-            const auto kept = hn::IfThenElse(valid, v, identity_lanes<Op>(d));
-            acc[k][chain] = combine_lanes<Op, D>(acc[k][chain], kept);
+          at_chain<chains>(chain, [&](auto j) {
+            each_sum(x, [&](std::size_t k, auto v) {
+              const auto kept = hn::IfThenElse(valid, v, identity_lanes<Op>(d));
+              acc[k][j] = combine_lanes<Op, D>(acc[k][j], kept);
+            });
           });
           if constexpr (Op != combine::sum) nan = hn::Or(nan, hn::And(valid, hn::IsNaN(x)));
         }
