@@ -526,16 +526,34 @@ HWY_INLINE void each_sum(const Result& x, G&& g) {
   }
 }
 
-// body(chain) with the run-time chain as a compile-time index (std::integral_constant) where there
-// are at most 8 chains (the vector paths), so that the partial results it indexes stay in
-// registers: gcc 12 kept them in memory, stored after every block, when one index into them was a
-// run-time value. The scalar path's 32 or 64 chains take the run-time index.
+// The partial results of a reduction are indexed by chain with compile-time indices where there
+// are at most 8 chains (the vector paths), so that they stay in registers: gcc 12 kept them in
+// memory, stored after every block, when one index into them was a run-time value. The scalar
+// path's 32 or 64 chains take run-time indices.
+template <std::size_t Chains>
+inline constexpr bool static_chains = Chains <= 8;
+
+// body(chain) for chain = 0, 1, ..., Chains - 1 (std::integral_constant where static_chains).
 template <std::size_t Chains, class Body>
-HWY_INLINE void at_chain(std::size_t chain, Body&& body) {
-  if constexpr (Chains <= 8) {
+HWY_INLINE void for_chains(Body&& body) {
+  if constexpr (static_chains<Chains>) {
     [&]<std::size_t... K>(std::index_sequence<K...>) {
-      ((chain == K ? body(std::integral_constant<std::size_t, K>()) : void()), ...);
-    }(std::make_index_sequence<Chains>());
+      (body(std::integral_constant<std::size_t, K>()), ...);
+    }
+    (std::make_index_sequence<Chains>());
+  } else {
+    for (std::size_t chain = 0; chain < Chains; ++chain) body(chain);
+  }
+}
+
+// body(chain) with a run-time chain made a compile-time one where static_chains (a compile-time
+// chain passes as it is).
+template <std::size_t Chains, class Chain, class Body>
+HWY_INLINE void at_chain(Chain chain, Body&& body) {
+  if constexpr (static_chains<Chains> && std::is_same_v<Chain, std::size_t>) {
+    for_chains<Chains>([&](auto k) {
+      if (chain == k) body(k);
+    });
   } else {
     body(chain);
   }
@@ -650,17 +668,16 @@ void map_rows(const destination<Out>& to, const Sums& sums, F&& f, const Operand
         for (auto& partial : sum) partial = identity_lanes<Op>(d);
       }
       [[maybe_unused]] auto nan = hn::MaskFromVec(hn::Zero(d));
-      const auto reduce = [&](const result& x, std::size_t chain) {
+      const auto reduce = [&](const result& x, auto chain) {
         if constexpr (Reduce) {
           at_chain<chains>(chain, [&](auto j) {
-            each_sum(x, [&](std::size_t k, auto v) {
-              acc[k][j] = combine_lanes<Op, D>(acc[k][j], v);
-            });
+            each_sum(
+                x, [&](std::size_t k, auto v) { acc[k][j] = combine_lanes<Op, D>(acc[k][j], v); });
           });
           if constexpr (Op != combine::sum) nan = hn::Or(nan, hn::IsNaN(x));
         }
       };
-      const auto block = [&](std::size_t c, std::size_t chain) {
+      const auto block = [&](std::size_t c, auto chain) {
         const auto x = compute([&](const auto& cursor) { return cursor.load(d, c); });
         if constexpr (values == 1) out.store(d, x, r, c);
         reduce(x, chain);
@@ -668,28 +685,37 @@ void map_rows(const destination<Out>& to, const Sums& sums, F&& f, const Operand
       std::size_t c = 0;
       if constexpr (decltype(interleave)::value) {
         for (; c + 2 * lanes <= cols; c += 2 * lanes) {
-          out.store_interleaved(
-              compute([&](const auto& cursor) { return cursor.template load_interleaved<0>(d, c); }),
-              compute([&](const auto& cursor) { return cursor.template load_interleaved<1>(d, c); }),
-              r, c);
+          out.store_interleaved(compute([&](const auto& cursor) {
+                                  return cursor.template load_interleaved<0>(d, c);
+                                }),
+                                compute([&](const auto& cursor) {
+                                  return cursor.template load_interleaved<1>(d, c);
+                                }),
+                                r, c);
         }
       }
-      if constexpr (two_blocks_in_order<Out, D> && !decltype(interleave)::value) {
-        // Two blocks at a time, each summed into the chain the loops below would give it.
-        for (; c + 2 * lanes <= cols; c += 2 * lanes) {
-          const auto first = compute([&](const auto& cursor) { return cursor.load(d, c); });
-          const auto second =
-              compute([&](const auto& cursor) { return cursor.load(d, c + lanes); });
-          out.store_in_order(first, second, r, c);
-          const std::size_t chain = (c / lanes) % chains;
-          reduce(first, chain);
-          reduce(second, chain + 1);
+      // Rounds of `chains` blocks, block j of a round summed into chain j; bf16 on 8 lanes
+      // encodes them two at a time, in order. (Without a reduction or pairs, the loop below.)
+      constexpr bool pairs = two_blocks_in_order<Out, D> && !decltype(interleave)::value;
+      if constexpr (Reduce || pairs) {
+        for (; c + slots <= cols; c += slots) {
+          if constexpr (pairs) {
+            for_chains<chains / 2>([&](auto pair) {
+              constexpr std::size_t chain = 2 * decltype(pair)::value;
+              const std::size_t at = c + chain * lanes;
+              const auto first = compute([&](const auto& cursor) { return cursor.load(d, at); });
+              const auto second =
+                  compute([&](const auto& cursor) { return cursor.load(d, at + lanes); });
+              out.store_in_order(first, second, r, at);
+              reduce(first, std::integral_constant<std::size_t, chain>());
+              reduce(second, std::integral_constant<std::size_t, chain + 1>());
+            });
+          } else {
+            for_chains<chains>([&](auto chain) { block(c + chain * lanes, chain); });
+          }
         }
       }
-      for (; c + slots <= cols; c += slots) {
-        for (std::size_t chain = 0; chain < chains; ++chain) block(c + chain * lanes, chain);
-      }
-      std::size_t chain = (c / lanes) % chains;  // 0 unless two blocks at a time ran
+      std::size_t chain = 0;
       for (; c + lanes <= cols; c += lanes, ++chain) block(c, chain);
       if (c < cols) {
         const std::size_t n = cols - c;
