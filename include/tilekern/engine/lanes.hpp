@@ -695,7 +695,7 @@ void map_rows(const destination<Out>& to, const Sums& sums, F&& f, const Operand
         }
       }
       // Rounds of `chains` blocks, block j of a round summed into chain j; bf16 on 8 lanes
-      // encodes them two at a time, in order. (Without a reduction or pairs, the loop below.)
+      // encodes them two at a time, in order. Without either, the loop below takes every block.
       constexpr bool pairs = two_blocks_in_order<Out, D> && !decltype(interleave)::value;
       if constexpr (Reduce || pairs) {
         for (; c + slots <= cols; c += slots) {
@@ -715,7 +715,7 @@ void map_rows(const destination<Out>& to, const Sums& sums, F&& f, const Operand
           }
         }
       }
-      std::size_t chain = 0;
+      std::size_t chain = 0;  // a reduction's rounds end at a multiple of slots
       for (; c + lanes <= cols; c += lanes, ++chain) block(c, chain);
       if (c < cols) {
         const std::size_t n = cols - c;
