@@ -6,7 +6,7 @@
 //
 // Accuracy checked (kernels/rmsnorm.hpp states it):
 //   fp32 y:       relative error at most ((k + 6) / 2 + 4) u, u = 2^-24, 64 partial sums,
-//                 k = ceil(min(cols, 512) / 64)
+//                 k = ceil(min(cols, 1024) / 64)
 //   any other y:  within one code of the correctly rounded fp64 result (nearest even; y is a
 //                 product, nothing cancels), and that bound plus the format's rounding
 //   gradients:    |dx - dx_ref| <= 32 u * rstd * (max_c |g| + max_c |xhat| * mean_c |g * xhat|)
@@ -137,7 +137,7 @@ bool agrees(T got, double want, double bound, const cast_options& cast) {
 // The documented relative bound on the fp32 results on the active path.
 double forward_bound(std::size_t cols) {
   // 64 partial sums on every path (engine/lanes.hpp), combined in 6 levels.
-  const std::size_t k = (std::min<std::size_t>(cols, 512) + 63) / 64;
+  const std::size_t k = (std::min<std::size_t>(cols, detail::norm_chunk) + 63) / 64;
   return ((static_cast<double>(k) + 6) / 2 + 4) * u;
 }
 

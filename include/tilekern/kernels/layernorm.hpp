@@ -16,7 +16,7 @@
 // 128 KiB, so that x is read from memory once and from L2 by the later passes:
 //   1. c[r] = the mean of x[r][0 .. 63]      vector::row_sum_of (64 partials of one element
 //                                              each, combined pairwise), times 1/64
-//   2. s1[r] = sum_c d, s2[r] = sum_c d^2,   vector::row_sums_of, fp32 per chunk of 512 columns,
+//   2. s1[r] = sum_c d, s2[r] = sum_c d^2,   vector::row_sums_of, fp32 per chunk of 1024 columns,
 //      d = x - c                               the chunks added in fp64;
 //      mean = c + s1 / cols,                   in fp64, kept where s1^2 / cols <= m2 / 8; the mean
 //      m2 = s2 - s1^2 / cols                   as two fp32 values, shift + low (see below)
@@ -51,13 +51,13 @@
 // u = 2^-24, c the row's shift (step 1 or 2'). The last term is what the fp32 sums leave in the
 // mean: relative to the row's spread, not to its offset. Worst case, if every rounding error of a
 // sum went the same way: for rows of two passes B = m + 4 with m = k + 6 (the engine's 64 partial
-// sums, k = ceil(min(cols, 512) / 64) terms each, combined in 6 levels: engine/lanes.hpp), 18;
-// for rows of one pass m = k + 5 (32 partials each, k = ceil(min(cols, 512) / 32)), and m2's
+// sums, k = ceil(min(cols, 1024) / 64) terms each, combined in 6 levels: engine/lanes.hpp), 26;
+// for rows of one pass m = k + 5 (32 partials each, k = ceil(min(cols, 1024) / 32)), and m2's
 // relative error is below 2m u rather than m u (s2 <= 9/8 m2, and the error of s1^2 / cols is
-// below 3/4 m u m2), so rstd's is below (m + 2) u and B = m + 5, 26. On every path. Measured
+// below 3/4 m u m2), so rstd's is below (m + 2) u and B = m + 5, 42. On every path. Measured
 // (tests/kernels/layernorm_test.cpp prints it; N(0, 1) rows times 2^-4 .. 2^4, every third offset
-// by 3 standard deviations, 768 and 4097 columns): at most 2.3 u on every path (2.5 u before the
-// one pass). The test checks B = 8.
+// by 3 standard deviations, 768 and 4097 columns): at most 2.42 u on every path. The test checks
+// B = 8.
 // bf16 and fp16 outputs (nearest even): within one code of the correctly rounded fp64 result,
 // except where y_ref is below 2^-12 of the magnitudes above (cancellation between xhat * gamma and
 // beta, or x within a few u of the spread from the mean); there the bound above plus half an ulp

@@ -14,24 +14,24 @@
 //
 // The kernel is a loop over blocks of rows, as many as keep a block of x (in its own format) in
 // 128 KiB, so that x is read from memory once and from L2 for the second pass:
-//   1. sums[r] = sum_c x^2                 vector::row_sum_of, per chunk of 512 columns
+//   1. sums[r] = sum_c x^2                 vector::row_sum_of, per chunk of 1024 columns
 //   2. rstd[r] = 1 / sqrt(sums[r] / cols + eps)   fp64, rounded once to fp32
 //   3. y = x * rstd * gamma                vector::map, rounded with the caller's cast_options
 // The backward adds a row sum of g * xhat and a column sum (vector::col_sum_of, rows in order, in
 // fp32 across all blocks) for dgamma, encoded into dgamma at the end.
 //
-// Accumulation: within a chunk of 512 columns, the engine's fp32 row sums: 64 partial sums in
-// element order, then combined pairwise (engine/lanes.hpp, reduce_slots), the same partials on
-// every path; the chunk sums are added in fp64. The last levels of the pairwise combination
-// differ between ISA paths, so results are not bit-identical across them, unlike the first
-// version of this kernel.
+// Accumulation: within a chunk of 1024 columns (norm_chunk), the engine's fp32 row sums: 64
+// partial sums in element order, then combined pairwise (engine/lanes.hpp, reduce_slots), the
+// same partials on every path; the chunk sums are added in fp64. The last levels of the pairwise
+// combination differ between ISA paths, so results are not bit-identical across them, unlike the
+// first version of this kernel.
 //
 // Error bound (forward, fp32 result before it is encoded, against reference::rmsnorm on the same
 // decoded inputs): relative error at most ((k + 6) / 2 + 4) u, u = 2^-24, with
-// k = ceil(min(cols, 512) / 64) terms per partial sum: the sum of squares (all terms positive)
+// k = ceil(min(cols, 1024) / 64) terms per partial sum: the sum of squares (all terms positive)
 // errs by at most (k + 6) u relative plus u for unfused squares, halved by the square root; the
 // fp64 mean, sqrt and reciprocal round once to fp32 (u/2), then x * rstd * gamma (two
-// roundings). That is 11u for rows of 512 or more, on every path: a worst case that needs every
+// roundings). That is 15u for rows of 1024 or more, on every path: a worst case that needs every
 // rounding error to go the same way (the first version's Kahan sums were within 8u). Measured on
 // bf16 N(0, 1) rows times 2^-4 .. 2^4: tests/kernels/rmsnorm_test.cpp checks the bound and prints
 // the measurement.
@@ -84,8 +84,14 @@ std::size_t norm_block_rows(std::size_t cols) {
   return std::max<std::size_t>(1, block_bytes / std::max<std::size_t>(1, cols * sizeof(T)));
 }
 
-// Row sums are fp32 within chunks of this many columns, the chunks added in fp64.
-inline constexpr std::size_t norm_chunk = vector::bn_chunk;
+// Row sums are fp32 within chunks of this many columns, the chunks added in fp64; rows of up to
+// 1024 columns (768 in ViT-B, 1024 in BERT-large) are one chunk. Each chunk is a reduction of its
+// own over the block's rows, which costs every row its setup and combination again and breaks the
+// sequential reads of x: chunks of 512 (vector::bn_chunk) made layernorm fp32 1576x768 11% slower
+// and rmsnorm 8% (CONTRIBUTING.md). Longer chunks loosen the worst-case bounds (k grows with the
+// chunk, at the tops of this header and of layernorm.hpp); the measured errors went from 2.28 to
+// 2.42 u (layernorm) and from 2.94 to 2.84 u (rmsnorm).
+inline constexpr std::size_t norm_chunk = 1024;
 
 // A tensor argument as a view of const elements (views, tiles and ranges alike).
 template <class Tensor>
