@@ -220,9 +220,8 @@ void layernorm_statistics(view<const X> xb, float eps, const layernorm_columns& 
         }
       }
     }
-    const double s = out.scale(r, 0);
-    out.rstd(r, 0) = static_cast<float>(1.0 / std::sqrt(m2[r] / count + eps * s * s));
   }
+  norm_rstd(m2, out.scale.data(), out.rstd.data(), rows, count, eps);
 }
 
 template <class X, class G, class B, class Y>

@@ -219,6 +219,32 @@ inline bool norm_needs_rescale(double sum_of_squares) {
   return !(sum_of_squares >= 0x1p-60 && sum_of_squares <= std::numeric_limits<float>::max());
 }
 
+// rstd[r] = 1 / sqrt(sums[r] / count + eps scale[r]^2) in fp64, rounded once to fp32, for rows
+// 0 .. rows - 1 of contiguous columns. Lane-wise IEEE arithmetic, so every path gives the bits of
+// the scalar code; one row at a time, the divisions and square root took about 18 cycles a row
+// (rmsnorm 1576x768: 157 to 154 us bf16, 186 to 182 fp32).
+inline void norm_rstd(const double* sums, const float* scale, float* rstd, std::size_t rows,
+                      double count, float eps) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  std::size_t r = 0;
+  visit_lanes([&](auto d) {
+    if constexpr (hn::MaxLanes(d) > 1) {
+      const hn::Repartition<double, decltype(d)> dd;
+      const hn::Rebind<float, decltype(dd)> df;
+      const auto n = hn::Set(dd, count), e = hn::Set(dd, eps), one = hn::Set(dd, 1.0);
+      for (; r + hn::Lanes(dd) <= rows; r += hn::Lanes(dd)) {
+        const auto s = hn::PromoteTo(dd, hn::LoadU(df, scale + r));
+        const auto mean_square = hn::LoadU(dd, sums + r) / n + e * s * s;
+        hn::StoreU(hn::DemoteTo(df, one / hn::Sqrt(mean_square)), df, rstd + r);
+      }
+    }
+  });
+  for (; r < rows; ++r) {
+    const double s = scale[r];
+    rstd[r] = static_cast<float>(1.0 / std::sqrt(sums[r] / count + eps * s * s));
+  }
+}
+
 inline constexpr std::uint64_t norm_stream(const cast_options& cast, std::uint64_t output) {
   return cast.stream + output;
 }
@@ -297,9 +323,8 @@ void rms_statistics(view<const X> xb, float eps, const rms_columns& out, double*
                        out.partial.block(r, 0, 1, 1), sums + r);
       }
     }
-    const double s = out.scale(r, 0);
-    out.rstd(r, 0) = static_cast<float>(1.0 / std::sqrt(sums[r] / count + eps * s * s));
   }
+  norm_rstd(sums, out.scale.data(), out.rstd.data(), rows, count, eps);
 }
 
 template <class X, class G, class Y>
