@@ -136,8 +136,9 @@ bool agrees(T got, double want, double bound, const cast_options& cast) {
 
 // The documented relative bound on the fp32 results on the active path.
 double forward_bound(std::size_t cols) {
-  // 64 partial sums on every path (engine/lanes.hpp), combined in 6 levels.
-  const std::size_t k = (std::min<std::size_t>(cols, detail::norm_chunk) + 63) / 64;
+  // 64 partial sums on every path (engine/lanes.hpp), combined in 6 levels, within chunks of
+  // 1024 columns (norm_chunk).
+  const std::size_t k = (std::min<std::size_t>(cols, 1024) + 63) / 64;
   return ((static_cast<double>(k) + 6) / 2 + 4) * u;
 }
 
