@@ -45,8 +45,8 @@
 // splitting the work over logical cores. Each benchmark first checks that the hand loop writes
 // bit-identical outputs to the gpsimd call (and its bf16 narrowing, tilekern's rounding on
 // subnormals, NaN, inf and ties) and fails with SkipWithError if not. rmsnorm's sum reproduces
-// gpsimd::sum's order: lane-wise partial sums over the row, then xsimd::hadd's tree (halves of 512
-// bits, then of 256, then pairs).
+// gpsimd::sum's order: four running sums of the row's blocks (block j into sum j mod 4), added as
+// (s0 + s1) + (s2 + s3), then xsimd::hadd's tree (halves of 512 bits, then of 256, then pairs).
 //
 // The hand loops exist for the build's widest path; when TILEKERN_ISA caps gpsimd below it, or the
 // build has no AVX2, the hand_frac counter is left out.
@@ -333,18 +333,24 @@ float hadd_order(V v) {
   return (l[0] + l[1]) + (l[2] + l[3]);
 }
 
+// gpsimd::sum's order: four running sums, batch j into sum j mod 4, then (s0 + s1) + (s2 + s3).
 template <class In, class Out>
 void hand_rmsnorm(const In* x, const In* gamma, Out* y, std::size_t rows, float* gamma32) {
-  static_assert(cols % lanes == 0, "rows are whole blocks here");
+  static_assert(cols % (4 * lanes) == 0, "rows are whole groups of four blocks here");
   for (std::size_t j = 0; j < cols; j += lanes) store(load(gamma + j), gamma32 + j);
   for (std::size_t r = 0; r < rows; ++r) {
     const In* from = x + r * cols;
     Out* to = y + r * cols;
-    V squares = hn::Zero(D());
-    for (std::size_t j = 0; j < cols; j += lanes) {
-      const V v = load(from + j);
-      squares = hn::Add(squares, hn::Mul(v, v));
+    V s0 = hn::Zero(D()), s1 = s0, s2 = s0, s3 = s0;
+    for (std::size_t j = 0; j < cols; j += 4 * lanes) {
+      const V v0 = load(from + j), v1 = load(from + j + lanes), v2 = load(from + j + 2 * lanes),
+              v3 = load(from + j + 3 * lanes);
+      s0 = hn::Add(s0, hn::Mul(v0, v0));
+      s1 = hn::Add(s1, hn::Mul(v1, v1));
+      s2 = hn::Add(s2, hn::Mul(v2, v2));
+      s3 = hn::Add(s3, hn::Mul(v3, v3));
     }
+    const V squares = hn::Add(hn::Add(s0, s1), hn::Add(s2, s3));
     const V scale = hn::Set(D(), rms_scale(hadd_order(squares), cols));
     for (std::size_t j = 0; j < cols; j += lanes) {
       store(hn::Mul(hn::Mul(load(from + j), scale), hn::LoadU(D(), gamma32 + j)), to + j);

@@ -39,19 +39,20 @@ using example::checks;
 using example::u;
 
 // The bound on the relative error of the library kernel's fp32 results (kernels/rmsnorm.hpp):
-// ((k + 6) / 2 + 4) u, k = ceil(min(cols, 512) / 64) terms per partial sum.
+// ((k + 6) / 2 + 4) u, k = ceil(min(cols, 1024) / 64) terms per partial sum.
 double kernel_bound(std::size_t cols) {
-  const std::size_t k = (std::min<std::size_t>(cols, 512) + 63) / 64;
+  const std::size_t k = (std::min<std::size_t>(cols, 1024) + 63) / 64;
   return (static_cast<double>(k + 6) / 2 + 4) * u;
 }
 
-// The bound on the relative error of the operator's fp32 results. gpsimd::sum adds in `lanes`
-// running sums of up to ceil(cols / lanes) terms each, then across the lanes: relative error at
-// most (ceil(cols / lanes) + lanes) u with the squares' rounding. The square root halves it and
-// the mean and eps; sqrt, the reciprocal and the two products add u each.
+// The bound on the relative error of the operator's fp32 results. gpsimd::sum adds in 4 * `lanes`
+// running sums of up to ceil(cols / (4 lanes)) terms each, then the four batches of sums in two
+// levels, then across the lanes: relative error at most (ceil(cols / (4 lanes)) + 2 + lanes) u
+// with the squares' rounding. The square root halves it and the mean and eps; sqrt, the
+// reciprocal and the two products add u each.
 double operator_bound(std::size_t cols, std::size_t lanes) {
-  const std::size_t per_lane = (cols + lanes - 1) / lanes;  // ceil(cols / lanes), exactly
-  const auto terms = static_cast<double>(per_lane + lanes);
+  const std::size_t per_lane = (cols + 4 * lanes - 1) / (4 * lanes);  // ceil(cols / (4 lanes))
+  const auto terms = static_cast<double>(per_lane + 2 + lanes);
   return (terms / 2 + 5) * u;
 }
 

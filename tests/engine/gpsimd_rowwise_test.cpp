@@ -211,10 +211,10 @@ TEST_CASE("gpsimd: rowwise rows use the batch of the active path") {
 // ---- approximations ----
 
 // softmax: m = max(x), s = sum(exp(x - m)), y = exp(x - m) / s. With exp within 1.47 ulp (see the
-// elementwise test) and s summed lane-wise (n / lanes additions per lane, then the lanes), the
-// relative error of s is at most (n / 4 + 8) 2^-24 and of y at most (n / 4 + 12) 2^-24; the test
-// allows (n + 16) 2^-24 relative. rmsnorm: y = x g / sqrt(mean(x^2) + eps), x^2 exact, the sum
-// as above, then five roundings: the same bound.
+// elementwise test) and s summed lane-wise (four running sums per lane of n / (4 lanes) terms each,
+// then the four, then the lanes), the relative error of s is at most (n / 4 + 8) 2^-24 and of y at
+// most (n / 4 + 12) 2^-24; the test allows (n + 16) 2^-24 relative. rmsnorm: y = x g /
+// sqrt(mean(x^2) + eps), x^2 exact, the sum as above, then five roundings: the same bound.
 const auto softmax = [](auto x, auto y) {
   using batch = typename decltype(x)::batch;
   const float m = gpsimd::max(x);

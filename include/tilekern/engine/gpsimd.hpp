@@ -43,6 +43,7 @@
 // stopped; outputs may then be partly written.
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -831,21 +832,35 @@ void tilewise(Op op, const input_list<view<const In>...>& in, const output_list<
 
 namespace detail {
 
-// Calls body(offset, valid, batch...) for each batch of the rows (n elements each), the last one
-// zero-padded, with `valid` its number of real lanes.
-template <class Arch, class Body, class... T>
-void for_each_batch(std::size_t n, Body&& body, const T*... rows) {
+// Calls body(k, offset, valid, batch...) for each batch of the rows (n elements each), the last one
+// zero-padded, with `valid` its number of real lanes and k (a std::integral_constant) its index
+// modulo Group: a loop over Group batches at a time, so that a body which keeps Group running
+// values, one per k, has Group independent chains of operations. Inlined, so that the body's
+// captures are the caller's locals (else each store to a row reloads the row's pointer).
+template <class Arch, std::size_t Group, class Body, class... T>
+TILEKERN_GPSIMD_INLINE inline void for_each_batch(std::size_t n, Body&& body, const T*... rows) {
   using batch = xsimd::batch<float, Arch>;
   constexpr std::size_t lanes = batch::size;
   std::size_t i = 0;
-  for (; i + lanes <= n; i += lanes) body(i, lanes, batch::load_unaligned(rows + i)...);
-  if (i == n) return;
+  for (; i + Group * lanes <= n; i += Group * lanes) {
+    for_indices(std::make_index_sequence<Group>(), [&](auto k) {
+      body(k, i + k * lanes, lanes, batch::load_unaligned(rows + i + k * lanes)...);
+    });
+  }
   const auto padded = [&](const float* row) {
     alignas(64) float values[lanes] = {};
     std::copy_n(row + i, n - i, values);
     return batch::load_aligned(values);
   };
-  body(i, n - i, padded(rows)...);
+  for_indices(std::make_index_sequence<Group>(), [&](auto k) {  // under Group batches are left
+    if (i + lanes <= n) {
+      body(k, i, lanes, batch::load_unaligned(rows + i)...);
+      i += lanes;
+    } else if (i < n) {
+      body(k, i, n - i, padded(rows)...);
+      i = n;
+    }
+  });
 }
 
 template <class Arch>
@@ -869,24 +884,28 @@ std::size_t common_size(const char* function, const Rows&... rows) {
 
 }  // namespace detail
 
-// The sum over a row of f(x[i], ...), in fp32: lane-wise partial sums added in a fixed order, so
-// the same row gives the same bits on the same ISA path. Rows must have the same length.
+// The sum over a row of f(x[i], ...), in fp32: batch j of the row (the last one zero-padded) is
+// added lane by lane to running sum j mod 4, then the sums as (s0 + s1) + (s2 + s3), then its lanes
+// in xsimd::hadd's order. Four running sums, so that an addition does not wait for the one before
+// (one sum made a row of 768 elements a chain of 48 dependent additions). The same row gives the
+// same bits on the same ISA path. Rows must have the same length.
 template <class Fn, class T, class Arch, class... More>
 requires std::is_same_v < std::remove_const_t<T>,
 float > float sum(Fn f, const row<T, Arch>& x, const More&... more) {
   using batch = xsimd::batch<float, Arch>;
   const std::size_t n = detail::common_size("tilekern::gpsimd::sum", x, more...);
-  batch total(0.0f);
-  detail::for_each_batch<Arch>(
+  std::array<batch, 4> partial{batch(0.0f), batch(0.0f), batch(0.0f), batch(0.0f)};
+  detail::for_each_batch<Arch, 4>(
       n,
-      [&](std::size_t, std::size_t valid, auto... values) {
+      [&](auto k, std::size_t, std::size_t valid, auto... values) {
         const batch term = f(values...);
-        total += valid == batch::size
-                     ? term
-                     : xsimd::select(detail::first_lanes<Arch>(valid), term, batch(0.0f));
+        std::get<k>(partial) +=
+            valid == batch::size
+                ? term
+                : xsimd::select(detail::first_lanes<Arch>(valid), term, batch(0.0f));
       },
       x.data(), more.data()...);
-  return xsimd::hadd(total);
+  return xsimd::hadd((partial[0] + partial[1]) + (partial[2] + partial[3]));
 }
 template <class T, class Arch>
 requires std::is_same_v < std::remove_const_t<T>,
@@ -894,28 +913,29 @@ float > float sum(const row<T, Arch>& x) {
   return sum([](auto v) { return v; }, x);
 }
 
-// The maximum over a row of f(x[i], ...): NaN if any term is NaN, -inf for an empty row.
+// The maximum over a row of f(x[i], ...): NaN if any term is NaN, -inf for an empty row. Four
+// running maxima, as sum keeps four running sums.
 template <class Fn, class T, class Arch, class... More>
 requires std::is_same_v < std::remove_const_t<T>,
 float > float max(Fn f, const row<T, Arch>& x, const More&... more) {
   using batch = xsimd::batch<float, Arch>;
   const std::size_t n = detail::common_size("tilekern::gpsimd::max", x, more...);
   const batch lowest(-std::numeric_limits<float>::infinity());
-  batch best = lowest;
+  std::array<batch, 4> best{lowest, lowest, lowest, lowest};
   auto nan = batch(0.0f) != batch(0.0f);
-  detail::for_each_batch<Arch>(
+  detail::for_each_batch<Arch, 4>(
       n,
-      [&](std::size_t, std::size_t valid, auto... values) {
+      [&](auto k, std::size_t, std::size_t valid, auto... values) {
         batch term = f(values...);
         if (valid != batch::size)
           term = xsimd::select(detail::first_lanes<Arch>(valid), term, lowest);
         nan = nan || xsimd::isnan(term);  // not term != term: xsimd's != is ordered on AVX
-        best = xsimd::max(best, term);
+        std::get<k>(best) = xsimd::max(std::get<k>(best), term);
       },
       x.data(), more.data()...);
   if (xsimd::any(nan)) return std::numeric_limits<float>::quiet_NaN();
   alignas(64) float lanes[batch::size];
-  best.store_aligned(lanes);
+  xsimd::max(xsimd::max(best[0], best[1]), xsimd::max(best[2], best[3])).store_aligned(lanes);
   return *std::max_element(lanes, lanes + batch::size);
 }
 template <class T, class Arch>
@@ -929,9 +949,9 @@ template <class Fn, class Arch, class... Rows>
 void transform(row<float, Arch> y, Fn f, const Rows&... x) {
   using batch = xsimd::batch<float, Arch>;
   const std::size_t n = detail::common_size("tilekern::gpsimd::transform", y, x...);
-  detail::for_each_batch<Arch>(
+  detail::for_each_batch<Arch, 1>(
       n,
-      [&](std::size_t i, std::size_t valid, auto... values) {
+      [&](auto, std::size_t i, std::size_t valid, auto... values) {
         const batch result = f(values...);
         if (valid == batch::size) {
           result.store_unaligned(y.data() + i);
