@@ -563,7 +563,7 @@ HWY_INLINE void at_chain(Chain chain, Body&& body) {
 // the same with Half / 2, down to 1. With compile-time indices where static_chains, as acc's
 // initialisation, so that gcc 12 keeps acc in registers: with run-time ones (loops over i and
 // Half) it kept acc in memory and stored every partial again after each block of the row loop
-// (one 512-bit store per 16 lanes; layernorm fp32 1576x768 5% slower on Zen 4).
+// (one 512-bit store per 16 lanes; layernorm fp32 1576x768 took 4% longer on Zen 4).
 template <combine Op, class D, std::size_t Half, std::size_t Chains>
 HWY_INLINE void combine_halves(hn::Vec<D> (&acc)[Chains]) {
   if constexpr (Half > 0) {
