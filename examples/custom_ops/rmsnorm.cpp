@@ -46,7 +46,7 @@ double kernel_bound(std::size_t cols) {
 }
 
 // The bound on the relative error of the operator's fp32 results. gpsimd::sum adds in 4 * `lanes`
-// running sums of up to ceil(cols / (4 lanes)) terms each, then the four batches of sums in two
+// running sums of up to ceil(cols / (4 lanes)) terms each, then the four sums of each lane in two
 // levels, then across the lanes: relative error at most (ceil(cols / (4 lanes)) + 2 + lanes) u
 // with the squares' rounding. The square root halves it and the mean and eps; sqrt, the
 // reciprocal and the two products add u each.
