@@ -750,6 +750,55 @@ TEST_CASE("vector: max and min reductions propagate NaN, in that row or column o
   }
 }
 
+// On the vector paths, rows read only from bf16 go through their whole rounds of 64 elements by
+// pairs of blocks, even and odd elements apart (engine/lanes.hpp, map_rows), and the rest in order:
+// every element must still count once. Integer values keep every partial sum exact, so that a
+// dropped or repeated element shows; the row's largest value and a NaN stand at every position of
+// every length up to 200 (three rounds and every tail).
+TEST_CASE("vector: row reductions of bf16 count every element once, at every length") {
+  const auto value = [](std::size_t r, std::size_t c) {
+    return static_cast<float>((c * 37 + r * 11) % 200 + 1);
+  };
+  for (std::size_t cols = 1; cols <= 200; ++cols) {
+    tensor<bf16> x(3, cols, cols + 3);
+    for (std::size_t r = 0; r < 3; ++r) {
+      for (std::size_t c = 0; c < cols; ++c) x(r, c) = bf16::from(value(r, c));
+    }
+    for (std::size_t at = 0; at < cols; ++at) {
+      x(1, at) = bf16::from(1000.0f);  // row 1's largest element
+      x(2, at) = bf16::from(nan);
+      std::vector<float> sums(3), maxes(3), mins(3), firsts(3), squares(3);
+      vector::row_sum(sums, x.cv());
+      vector::row_max(maxes, x.cv());
+      vector::row_min(mins, x.cv());
+      vector::row_sums_of(
+          firsts, squares, [](auto, auto v) { return std::pair(v, v * v); }, x.cv());
+      for (std::size_t r = 0; r < 2; ++r) {
+        double sum = 0, square_sum = 0;
+        float hi = -inf, lo = inf;
+        for (std::size_t c = 0; c < cols; ++c) {
+          const float v = static_cast<float>(value_of(x(r, c)));
+          sum += v;
+          square_sum += static_cast<double>(v) * v;
+          hi = std::max(hi, v);
+          lo = std::min(lo, v);
+        }
+        INFO("cols ", cols, ", largest and NaN at ", at, ", row ", r, ", lanes ", active_lanes());
+        CHECK(sums[r] == sum);
+        CHECK(firsts[r] == sum);
+        CHECK(squares[r] == square_sum);
+        CHECK(maxes[r] == hi);
+        CHECK(mins[r] == lo);
+      }
+      INFO("cols ", cols, ", NaN at ", at, ", lanes ", active_lanes());
+      CHECK(std::isnan(maxes[2]));
+      CHECK(std::isnan(mins[2]));
+      x(1, at) = bf16::from(value(1, at));
+      x(2, at) = bf16::from(value(2, at));
+    }
+  }
+}
+
 TEST_CASE("vector: reductions of empty rows and columns") {
   tensor<float> x(3, 4);
   fill_signed(x, 1);

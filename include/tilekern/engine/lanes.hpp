@@ -573,18 +573,27 @@ HWY_INLINE void combine_halves(hn::Vec<D> (&acc)[Chains]) {
 }
 
 // Whether map_rows may run interleaved blocks on lanes D: two blocks at a time, lane j of the
-// first holding element 2j, of the second element 2j + 1 (widen_bf16_interleaved), when the
-// destination is bf16, no reduction follows the element order, and every operand it loads is bf16
-// or float (why: widen_bf16_interleaved); f treats lanes independently, so the results are the
-// same.
-// A float operand qualifies at run time (interleavable): when it is the same row for every r, read
-// from a copy in the interleaved order (with_interleaved_rows), or one value per row; a float
-// operand that varies by row would need two shuffles per vector, and keeps the blocks in order.
+// first holding element 2j, of the second element 2j + 1 (widen_bf16_interleaved, which widens
+// bf16 without shuffles); f treats lanes independently, so the results are the same. Two cases:
+// - a bf16 destination without a reduction, every operand it loads bf16 or float. A float operand
+//   qualifies at run time (interleavable): when it is the same row for every r, read from a copy
+//   in the interleaved order (with_interleaved_rows), or one value per row; a float operand that
+//   varies by row would need two shuffles per vector, and keeps the blocks in order.
+// - a reduction without a destination, every operand it loads bf16: whole rounds of `slots`
+//   elements go by pairs of blocks, the even elements of a pair into one chain and the odd into
+//   the next, so that each partial still sums one element of every round, in element order (see
+//   map_rows).
+template <bool Floats, class... Operands>
+constexpr bool interleaved_loads =
+    ((Operands::kind == along::constant || std::is_same_v<typename Operands::element, bf16> ||
+      (Floats && std::is_same_v<typename Operands::element, float>)) &&
+     ...);
 template <bool Reduce, class D, class Out, class... Operands>
-constexpr bool interleaved_rows = !Reduce && hn::MaxLanes(D()) > 1 && std::is_same_v<Out, bf16> &&
-                                  ((Operands::kind == along::constant ||
-                                    std::is_same_v<typename Operands::element, bf16> ||
-                                    std::is_same_v<typename Operands::element, float>)&&...);
+constexpr bool interleaved_rows = hn::MaxLanes(D()) > 1 &&
+                                  (Reduce ? std::is_same_v<Out, no_output> &&
+                                                interleaved_loads<false, Operands...>
+                                          : std::is_same_v<Out, bf16> &&
+                                                interleaved_loads<true, Operands...>);
 
 // Whether `operand` can be loaded in interleaved blocks (see interleaved_rows).
 template <class Op>
@@ -674,8 +683,10 @@ void map_rows(const destination<Out>& to, const Sums& sums, F&& f, const Operand
       const auto compute = [&](auto load) {
         return std::apply([&](const auto&... cursor) { return f(d, load(cursor)...); }, cursors);
       };
-      // Reductions keep `slots` partial results per sum: element c goes to slot c % slots, held
-      // in lane c % lanes of chain (c / lanes) % chains, on every path.
+      // Reductions keep `slots` partial results per sum, held in `chains` vectors: element c goes
+      // to slot c % slots, lane c % lanes of chain (c / lanes) % chains, on every path; except that
+      // interleaved rounds (below) permute the slots within each round. Either way each slot sums
+      // one element of every whole round of `slots` and at most one of the rest, in element order.
       [[maybe_unused]] hn::Vec<D> acc[values][chains];
       for (auto& sum : acc) for_chains<chains>([&](auto j) { sum[j] = identity_lanes<Op>(d); });
       [[maybe_unused]] auto nan = hn::MaskFromVec(hn::Zero(d));
@@ -694,7 +705,25 @@ void map_rows(const destination<Out>& to, const Sums& sums, F&& f, const Operand
         reduce(x, chain);
       };
       std::size_t c = 0;
-      if constexpr (decltype(interleave)::value) {
+      if constexpr (decltype(interleave)::value && Reduce) {
+        // Rounds of `slots` elements by pairs of blocks: lane j of the pair from `at` on holds
+        // element at + 2j in the first block, summed into `chain`, and at + 2j + 1 in the
+        // second, summed into the next chain.
+        for (; c + slots <= cols; c += slots) {
+          for_chains<chains / 2>([&](auto pair) {
+            constexpr std::size_t chain = 2 * decltype(pair)::value;
+            const std::size_t at = c + chain * lanes;
+            reduce(compute([&](const auto& cursor) {
+                     return cursor.template load_interleaved<0>(d, at);
+                   }),
+                   std::integral_constant<std::size_t, chain>());
+            reduce(compute([&](const auto& cursor) {
+                     return cursor.template load_interleaved<1>(d, at);
+                   }),
+                   std::integral_constant<std::size_t, chain + 1>());
+          });
+        }
+      } else if constexpr (decltype(interleave)::value) {
         for (; c + 2 * lanes <= cols; c += 2 * lanes) {
           out.store_interleaved(compute([&](const auto& cursor) {
                                   return cursor.template load_interleaved<0>(d, c);
@@ -708,7 +737,7 @@ void map_rows(const destination<Out>& to, const Sums& sums, F&& f, const Operand
       // Rounds of `chains` blocks, block j of a round summed into chain j; bf16 on 8 lanes
       // encodes them two at a time, in order. Without either, the loop below takes every block.
       constexpr bool pairs = two_blocks_in_order<Out, D> && !decltype(interleave)::value;
-      if constexpr (Reduce || pairs) {
+      if constexpr ((Reduce && !decltype(interleave)::value) || pairs) {
         for (; c + slots <= cols; c += slots) {
           if constexpr (pairs) {
             for_chains<chains / 2>([&](auto pair) {

@@ -27,13 +27,16 @@
 //   col_sum col_max col_min col_mean (row, x)      one fp32 value per column of x
 //   bn_stats(stats, x), bn_aggr(mean_var, stats)   per-row mean and variance in chunks
 //
-// Reductions: fp32, element c of a row into partial result c % 64 in element order, on every
-// path, then the 64 partials combined pairwise (engine/lanes.hpp, reduce_slots); a sum of n terms
-// is within (ceil(n / 64) + 6) u of the exact sum, relative to the sum of magnitudes, on every
-// path, though the last levels of the combination differ between paths, and with them the last
-// bits. row_sums_of keeps 32 partials for each of its two sums (the registers of one):
-// (ceil(n / 32) + 5) u. max and min propagate NaN (any NaN in the reduced elements gives NaN). An
-// empty row sums to 0, has max -inf and min +inf; an empty column the same.
+// Reductions: fp32, 64 partial results per row on every path, each adding one element of every
+// whole round of 64 and at most one of the rest, in element order (element c into partial c % 64;
+// on the vector paths, rows read only from bf16 go through their whole rounds by pairs of blocks,
+// even and odd elements apart: engine/lanes.hpp, map_rows), then the 64 partials combined pairwise
+// (reduce_slots); a sum of n terms is within (ceil(n / 64) + 6) u of the exact sum, relative to
+// the sum of magnitudes, on every path, though which elements share a partial and the last levels
+// of the combination differ between paths, and with them the last bits. row_sums_of keeps 32
+// partials for each of its two sums (the registers of one): (ceil(n / 32) + 5) u. max and min
+// propagate NaN (any NaN in the reduced elements gives NaN). An empty row sums to 0, has max -inf
+// and min +inf; an empty column the same.
 //
 // Normalisation statistics, as the NeuronCore's bn_stats / bn_aggr: bn_stats splits each row into
 // chunks of bn_chunk elements and writes (count, mean, m2) per chunk, m2 the sum of squared
