@@ -72,6 +72,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/gpsimd_operators.hpp"
 #include "tilekern/simd/convert.hpp"
 #include "tilekern/types/formats.hpp"
 
@@ -81,51 +82,7 @@ namespace {
 constexpr std::size_t cols = 768;  // row length of bias_gelu and rmsnorm
 constexpr std::size_t sizes[] = {std::size_t{1} << 20, std::size_t{1} << 24};
 
-// ---- the operators, as a user writes them for gpsimd ----
-
-struct relu_op {
-  template <class B>
-  B operator()(B x) const {
-    return xsimd::max(x, B(0.0f));
-  }
-};
-
-struct gelu_erf_op {
-  template <class B>
-  B operator()(B x) const {
-    return 0.5f * x * (1.0f + xsimd::erf(x * 0.70710678f));
-  }
-};
-
-struct bias_gelu_op {
-  template <class B>
-  B operator()(B x, B bias) const {
-    return gelu_erf_op()(x + bias);
-  }
-};
-
-struct tanh_derivative_op {
-  template <class B>
-  std::tuple<B, B> operator()(B x) const {
-    const B t = xsimd::tanh(x);
-    return {t, 1.0f - t * t};
-  }
-};
-
-// 1 / rms of a row from its sum of squares: shared by the gpsimd operator and the hand loop.
-float rms_scale(float squares, std::size_t n) {
-  return 1.0f / std::sqrt(squares / static_cast<float>(n) + 1e-6f);
-}
-
-struct rmsnorm_op {
-  template <class Arch>
-  void operator()(gpsimd::row<const float, Arch> x, gpsimd::row<const float, Arch> gamma,
-                  gpsimd::row<float, Arch> y) const {
-    const float scale = rms_scale(gpsimd::sum([](auto v) { return v * v; }, x), x.size());
-    gpsimd::transform(
-        y, [scale](auto v, auto g) { return v * scale * g; }, x, gamma);
-  }
-};
+using namespace gpsimd_operators;  // the operators, as a user writes them
 
 // ---- buffers and inputs ----
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "report/sections.hpp"
+#include "support/gpsimd_operators.hpp"
 #include "tilekern/simd/convert.hpp"
 #include "tilekern/types/formats.hpp"
 
@@ -21,47 +22,7 @@ namespace {
 
 constexpr std::size_t cols = 768;  // row length of bias_gelu and rmsnorm
 
-// ---- the operators, as a user writes them (the same as bench/gpsimd_bench.cpp) ----
-
-struct relu_op {
-  template <class B>
-  B operator()(B x) const {
-    return xsimd::max(x, B(0.0f));
-  }
-};
-
-struct gelu_erf_op {
-  template <class B>
-  B operator()(B x) const {
-    return 0.5f * x * (1.0f + xsimd::erf(x * 0.70710678f));
-  }
-};
-
-struct bias_gelu_op {
-  template <class B>
-  B operator()(B x, B bias) const {
-    return gelu_erf_op()(x + bias);
-  }
-};
-
-struct tanh_derivative_op {
-  template <class B>
-  std::tuple<B, B> operator()(B x) const {
-    const B t = xsimd::tanh(x);
-    return {t, 1.0f - t * t};
-  }
-};
-
-struct rmsnorm_op {
-  template <class Arch>
-  void operator()(gpsimd::row<const float, Arch> x, gpsimd::row<const float, Arch> gamma,
-                  gpsimd::row<float, Arch> y) const {
-    const float squares = gpsimd::sum([](auto v) { return v * v; }, x);
-    const float scale = 1.0f / std::sqrt(squares / static_cast<float>(x.size()) + 1e-6f);
-    gpsimd::transform(
-        y, [scale](auto v, auto g) { return v * scale * g; }, x, gamma);
-  }
-};
+using namespace gpsimd_operators;  // bench/support/gpsimd_operators.hpp
 
 // ---- the fp64 references, on the values the operators see ----
 
