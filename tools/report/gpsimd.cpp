@@ -8,7 +8,6 @@
 #include <numbers>
 #include <span>
 #include <string>
-#include <tuple>
 #include <type_traits>
 #include <vector>
 

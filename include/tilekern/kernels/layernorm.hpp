@@ -24,8 +24,8 @@
 //      s1 = sum_c (x - x[r][0]) and the mean from it as above (the row's shift c is x[r][0]),
 //      then m2 = sum_c ((x - shift) - low)^2 (vector::row_sum_of, the same chunks)
 //   3. rstd = 1 / sqrt(m2 / cols + eps) in fp64, rounded once to fp32
-//   4. y = ((x - shift) * rstd - low * rstd)   vector::map (two fused multiply-adds, low * rstd
-//          * gamma + beta                      one fp32 value per row), rounded with the caller's
+//   4. xhat = (x - shift) * rstd - low * rstd,  vector::map (two fused multiply-adds; low * rstd
+//      y = xhat * gamma + beta                 one fp32 value per row), rounded with the caller's
 //                                              cast_options
 // Why the one pass holds: s2 = m2 + s1^2 / cols, so where the mean is kept s2 <= 9/8 m2 and the
 // subtraction loses under a bit. c is the mean of 64 of the row's own elements, so (by
