@@ -1,8 +1,9 @@
 // layernorm and rmsnorm (kernels/layernorm.hpp, kernels/rmsnorm.hpp) against memcpy and oneDNN,
 // one thread, in the same run:
 //
-//   layernorm/<format>/<rows>x<cols>      forward, bf16 and float at 1576x768 (ViT-B/16, batch 8)
-//   rmsnorm/<format>/<rows>x<cols>        and 4096x4096
+//   layernorm/<format>/<rows>x<cols>      forward, bf16 and float at 1576x768 (ViT-B/16, batch 8),
+//   rmsnorm/<format>/<rows>x<cols>        4096x4096 and 1x768 (one token, as in batch-1 decoding:
+//                                         what a call costs beyond its arithmetic)
 //   layernorm_bwd/<format>/1576x768       backward (dy, x in; dx, dgamma, dbeta out), GBps only
 //   rmsnorm_bwd/<format>/1576x768
 // (Google Benchmark appends /manual_time.)
@@ -10,6 +11,9 @@
 // Inputs: x and dy N(0, 1) (mt19937, seeds 42 and 43) in <format>; gamma 1 + N(0, 0.1) and beta
 // N(0, 0.1), fp32 (as oneDNN takes them); y and dx in <format>, dgamma and dbeta fp32; eps 1e-5;
 // rounded to nearest even.
+// At 1x768 a call takes well under a microsecond, about what reading the thread's CPU clock costs,
+// so each timed piece (the kernel, memcpy, oneDNN) is 256 calls in a row there: the time column is
+// that of 256 calls, and the counter call_ns the kernel's time per call.
 // Counters (the benchmark's own time, UseManualTime, is the tilekern call's alone):
 //   GBps         bytes read + written by the kernel / time: x and y once each, gamma and beta once
 //                per call (backward: dy, x, dx, gamma, dgamma, dbeta)
@@ -72,6 +76,7 @@ enum class norm { layer, rms };
 
 template <class T>
 void forward(benchmark::State& state, norm kind, std::size_t rows, std::size_t cols) {
+  const std::size_t calls = rows * cols < 4096 ? 256 : 1;  // per timed piece (see the top)
   constexpr float eps = 1e-5f;
   const std::vector<T> x = normal_tensor<T>(rows * cols, 42);
   const std::vector<float> gamma = normal_tensor<float>(cols, 44, 1.0f, 0.1f);
@@ -79,16 +84,21 @@ void forward(benchmark::State& state, norm kind, std::size_t rows, std::size_t c
   std::vector<T> y(rows * cols);
   const view<const T> xv(x.data(), rows, cols);
   const view<T> yv(y.data(), rows, cols);
-  const auto kernel = [&] {
+  const auto once = [&] {
     if (kind == norm::layer) {
       layernorm(xv, gamma, beta, yv, eps);
     } else {
       rmsnorm(xv, gamma, yv, eps);
     }
   };
+  const auto repeated = [calls](const auto& call) {
+    return [calls, &call] {
+      for (std::size_t i = 0; i < calls; ++i) call();
+    };
+  };
 
   // The error against the fp64 reference, once, outside the timed loop.
-  kernel();
+  once();
   {
     const std::vector<double> x64 = decoded(x), gamma64 = decoded(gamma), beta64 = decoded(beta);
     std::vector<double> want(rows * cols);
@@ -102,24 +112,26 @@ void forward(benchmark::State& state, norm kind, std::size_t rows, std::size_t c
   }
 
   const std::size_t bytes = rows * cols * sizeof(T);
-  std::vector<std::function<void()>> others = {
-      [&] { bench::copy_bytes(y.data(), x.data(), bytes); }};
+  const auto copy = [&] { bench::copy_bytes(y.data(), x.data(), bytes); };
+  std::vector<std::function<void()>> others = {repeated(copy)};
 #if TILEKERN_HAVE_ONEDNN
   std::unique_ptr<bench::onednn_layernorm> onednn;
+  const auto run_onednn = [&] { onednn->run(); };
   if (kind == norm::layer) {
     onednn = bench::baseline_if_supported<bench::onednn_layernorm>(
         state, std::is_same_v<T, float> ? bench::dnnl_type::f32 : bench::dnnl_type::bf16, rows,
         cols, eps, x.data(), gamma.data(), beta.data(), y.data());
-    if (onednn) others.push_back([&] { onednn->run(); });
+    if (onednn) others.push_back(repeated(run_onednn));
   }
 #endif
   double seconds = 0;
-  const auto ratios = time_against(state, kernel, others, seconds);
+  const auto ratios = time_against(state, repeated(once), others, seconds);
   const std::size_t vectors = (kind == norm::layer ? 2 : 1) * cols * sizeof(float);
-  const auto iterations = static_cast<double>(state.iterations());
+  const auto iterations = static_cast<double>(state.iterations() * calls);
   state.counters["GBps"] = static_cast<double>(2 * bytes + vectors) * iterations / seconds * 1e-9;
   state.counters["memcpy_frac"] = ratios[0];
   if (ratios.size() > 1) state.counters["onednn_frac"] = ratios[1];
+  if (calls > 1) state.counters["call_ns"] = seconds / iterations * 1e9;
 }
 
 template <class T>
@@ -156,7 +168,7 @@ void add(const std::string& name, std::function<void(benchmark::State&)> body) {
 
 template <class T>
 void register_format() {
-  constexpr std::size_t shapes[][2] = {{1576, 768}, {4096, 4096}};
+  constexpr std::size_t shapes[][2] = {{1576, 768}, {4096, 4096}, {1, 768}};
   for (const norm kind : {norm::layer, norm::rms}) {
     const std::string name = kind == norm::layer ? "layernorm" : "rmsnorm";
     for (const auto& shape : shapes) {

@@ -386,9 +386,11 @@ std::pair<std::size_t, std::size_t> check_shapes(const char* function,
       [&](const auto&... v) {
         ((v.rows() == rows && v.cols() == cols
               ? void(++k)
-              : throw shape_error(std::string(function) + ": output " + std::to_string(k) + " is " +
-                                  shape_text(v.rows(), v.cols()) + ", expected " +
-                                  shape_text(rows, cols) + " (the shape of output 0)")),
+              : tilekern::detail::throw_shape_error([&] {
+                  return std::string(function) + ": output " + std::to_string(k) + " is " +
+                         shape_text(v.rows(), v.cols()) + ", expected " + shape_text(rows, cols) +
+                         " (the shape of output 0)";
+                })),
          ...);
       },
       out);
@@ -397,10 +399,11 @@ std::pair<std::size_t, std::size_t> check_shapes(const char* function,
       [&](const auto&... v) {
         (((v.rows() == rows || v.rows() == 1) && v.cols() == cols
               ? void(++k)
-              : throw shape_error(std::string(function) + ": input " + std::to_string(k) + " is " +
-                                  shape_text(v.rows(), v.cols()) + ", expected " +
-                                  shape_text(rows, cols) + " or " + shape_text(1, cols) +
-                                  " (one row, broadcast)")),
+              : tilekern::detail::throw_shape_error([&] {
+                  return std::string(function) + ": input " + std::to_string(k) + " is " +
+                         shape_text(v.rows(), v.cols()) + ", expected " + shape_text(rows, cols) +
+                         " or " + shape_text(1, cols) + " (one row, broadcast)";
+                })),
          ...);
       },
       in);
@@ -436,16 +439,18 @@ void encode(const float* from, T* to, std::size_t n, const cast_options& cast,
 
 inline void check_options(const char* function, const options& opt) {
   if (opt.cores == 0) {
-    throw shape_error(std::string(function) + ": options.cores is 0; it must be at least 1");
+    tilekern::detail::throw_shape_error(
+        [&] { return std::string(function) + ": options.cores is 0; it must be at least 1"; });
   }
 }
 
 inline void check_local_memory(const char* function, std::size_t needed, const options& opt,
                                const std::string& what) {
   if (needed > opt.local_bytes) {
-    throw shape_error(std::string(function) + ": " + what + " needs " + std::to_string(needed) +
-                      " bytes of local memory, options.local_bytes is " +
-                      std::to_string(opt.local_bytes));
+    tilekern::detail::throw_shape_error([&] {
+      return std::string(function) + ": " + what + " needs " + std::to_string(needed) +
+             " bytes of local memory, options.local_bytes is " + std::to_string(opt.local_bytes);
+    });
   }
 }
 
@@ -1006,7 +1011,9 @@ class core {
     std::size_t piece_;
   };
   pieces chunks(std::size_t n, std::size_t piece) const {
-    if (piece == 0) throw shape_error("tilekern::gpsimd::core::chunks: piece is 0");
+    if (piece == 0)
+      tilekern::detail::throw_shape_error(
+          [&] { return "tilekern::gpsimd::core::chunks: piece is 0"; });
     return {share(n), piece};
   }
 
@@ -1046,13 +1053,17 @@ class core {
   static void check(const char* what, range part, std::size_t tensor, std::size_t local) {
     const std::string function = std::string("tilekern::gpsimd::core::") + what;
     if (part.begin > part.end || part.end > tensor) {
-      throw shape_error(function + ": range [" + std::to_string(part.begin) + ", " +
-                        std::to_string(part.end) + ") is outside the tensor of " +
-                        std::to_string(tensor) + " elements");
+      tilekern::detail::throw_shape_error([&] {
+        return function + ": range [" + std::to_string(part.begin) + ", " +
+               std::to_string(part.end) + ") is outside the tensor of " + std::to_string(tensor) +
+               " elements";
+      });
     }
     if (part.size() > local) {
-      throw shape_error(function + ": range has " + std::to_string(part.size()) +
-                        " elements, more than the local span's " + std::to_string(local));
+      tilekern::detail::throw_shape_error([&] {
+        return function + ": range has " + std::to_string(part.size()) +
+               " elements, more than the local span's " + std::to_string(local);
+      });
     }
   }
 

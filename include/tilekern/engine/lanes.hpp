@@ -272,9 +272,11 @@ operand<T> resolve(const char* function, const char* argument, view<const T> sou
   if (r == 1 && c == cols) return {source.data(), 0, 1};
   if (r == rows && c == 1) return {source.data(), source.stride(), 0};
   if (r == 1 && c == 1) return {source.data(), 0, 0};
-  throw shape_error(std::string(function) + ": " + argument + " is " + shape_text(r, c) +
-                    ", expected " + shape_text(rows, cols) + ", 1x" + std::to_string(cols) +
-                    " (a row), " + std::to_string(rows) + "x1 (a column) or 1x1");
+  detail::throw_shape_error([&] {
+    return std::string(function) + ": " + argument + " is " + shape_text(r, c) + ", expected " +
+           shape_text(rows, cols) + ", 1x" + std::to_string(cols) + " (a row), " +
+           std::to_string(rows) + "x1 (a column) or 1x1";
+  });
 }
 inline operand<float, along::constant> resolve(const char*, const char*, float value, std::size_t,
                                                std::size_t) {
@@ -292,8 +294,10 @@ operand<T, along::constant> resolve(const char* function, const char* argument,
   const std::size_t r = source.values.rows(), c = source.values.cols();
   if (c == 1 && r == rows) return {source.values.data(), source.values.stride(), 0};
   if (c == 1 && r == 1) return {source.values.data(), 0, 0};
-  throw shape_error(std::string(function) + ": " + argument + " is " + shape_text(r, c) +
-                    ", expected " + shape_text(rows, 1) + " (a column) or 1x1");
+  detail::throw_shape_error([&] {
+    return std::string(function) + ": " + argument + " is " + shape_text(r, c) + ", expected " +
+           shape_text(rows, 1) + " (a column) or 1x1";
+  });
 }
 
 template <class T>
@@ -472,9 +476,10 @@ inline column_out resolve_column(const char* function, const char* argument, vie
                                  std::size_t rows) {
   if (out.rows() == rows && out.cols() == 1) return {out.data(), out.stride()};
   if (out.rows() == 1 && out.cols() == rows) return {out.data(), 1};
-  throw shape_error(std::string(function) + ": " + argument + " is " +
-                    shape_text(out.rows(), out.cols()) + ", expected " + shape_text(rows, 1) +
-                    " (one value per row)");
+  detail::throw_shape_error([&] {
+    return std::string(function) + ": " + argument + " is " + shape_text(out.rows(), out.cols()) +
+           ", expected " + shape_text(rows, 1) + " (one value per row)";
+  });
 }
 
 // How lanes combine in a reduction, and what an empty lane holds.

@@ -671,8 +671,10 @@ void multiply(const char* function, view<float> acc, const strided<A>& a, const 
                 "tf32, fp8_*, any minifloat<...>)");
   const auto fail = [&](const char* argument, std::size_t actual, std::size_t expected,
                         const char* what) {
-    throw shape_error(std::string(function) + ": " + argument + " has " + std::to_string(actual) +
-                      " " + what + ", expected " + std::to_string(expected));
+    tilekern::detail::throw_shape_error([&] {
+      return std::string(function) + ": " + argument + " has " + std::to_string(actual) + " " +
+             what + ", expected " + std::to_string(expected);
+    });
   };
   if (b.rows != a.cols) fail("b", b.rows, a.cols, "rows (the k of a)");
   if (acc.rows() != a.rows) fail("acc", acc.rows(), a.rows, "rows (the rows of a)");

@@ -136,8 +136,10 @@ void reduce_columns(const char* function, Out&& out, const X& x) {
   const std::size_t rows = source.rows(), cols = source.cols();
   const view<float> acc = to_view(out);
   if (acc.rows() != 1 || acc.cols() != cols) {
-    throw shape_error(std::string(function) + ": out is " + shape_text(acc.rows(), acc.cols()) +
-                      ", expected 1x" + std::to_string(cols) + " (one value per column of x)");
+    detail::throw_shape_error([&] {
+      return std::string(function) + ": out is " + shape_text(acc.rows(), acc.cols()) +
+             ", expected 1x" + std::to_string(cols) + " (one value per column of x)";
+    });
   }
   const float empty = Op == combine::sum   ? 0.0f
                       : Op == combine::max ? -std::numeric_limits<float>::infinity()
@@ -159,9 +161,11 @@ void col_sums_expression(const char* function, const std::array<view<float>, N>&
   std::array<float*, N> rows_out{};
   for (std::size_t k = 0; k < N; ++k) {
     if (accs[k].rows() != 1 || accs[k].cols() != cols) {
-      throw shape_error(std::string(function) + ": " + acc_names[k] + " is " +
-                        shape_text(accs[k].rows(), accs[k].cols()) + ", expected 1x" +
-                        std::to_string(cols) + " (one value per column)");
+      detail::throw_shape_error([&] {
+        return std::string(function) + ": " + acc_names[k] + " is " +
+               shape_text(accs[k].rows(), accs[k].cols()) + ", expected 1x" + std::to_string(cols) +
+               " (one value per column)";
+      });
     }
     rows_out[k] = accs[k].data();
   }
@@ -278,9 +282,10 @@ void transpose(Dst&& dst, const Src& src) {
   detail::check_destination<decltype(to)>();
   const auto from = detail::as_source(src);
   if (to.to.rows() != from.cols() || to.to.cols() != from.rows()) {
-    throw shape_error(std::string(function) + ": dst is " +
-                      detail::shape_text(to.to.rows(), to.to.cols()) + ", expected " +
-                      detail::shape_text(from.cols(), from.rows()) + " (src transposed)");
+    detail::throw_shape_error([&] {
+      return std::string(function) + ": dst is " + detail::shape_text(to.to.rows(), to.to.cols()) +
+             ", expected " + detail::shape_text(from.cols(), from.rows()) + " (src transposed)";
+    });
   }
   // Column c of src, gathered into fp32 pieces, is row c of dst.
   constexpr std::size_t piece = 256;
@@ -418,10 +423,11 @@ void bn_stats(Stats&& stats, const X& x) {
   const view<float> out = detail::to_view(stats);
   const std::size_t rows = source.rows(), cols = source.cols();
   if (out.rows() != rows || out.cols() != bn_stats_cols(cols)) {
-    throw shape_error(std::string(function) + ": stats is " +
-                      detail::shape_text(out.rows(), out.cols()) + ", expected " +
-                      detail::shape_text(rows, bn_stats_cols(cols)) + " (3 per chunk of " +
-                      std::to_string(bn_chunk) + " columns)");
+    detail::throw_shape_error([&] {
+      return std::string(function) + ": stats is " + detail::shape_text(out.rows(), out.cols()) +
+             ", expected " + detail::shape_text(rows, bn_stats_cols(cols)) + " (3 per chunk of " +
+             std::to_string(bn_chunk) + " columns)";
+    });
   }
   for (std::size_t c0 = 0; c0 < cols; c0 += bn_chunk) {
     const std::size_t n = std::min(bn_chunk, cols - c0);
@@ -454,13 +460,16 @@ void bn_aggr(MeanVar&& mean_var, const Stats& stats) {
   static_assert(std::is_same_v<typename decltype(in)::element_type, const float>,
                 "tilekern::vector::bn_aggr: stats must be the fp32 output of bn_stats");
   if (in.cols() % 3 != 0) {
-    throw shape_error(std::string(function) + ": stats has " + std::to_string(in.cols()) +
-                      " columns, expected a multiple of 3 (count, mean, m2 per chunk)");
+    detail::throw_shape_error([&] {
+      return std::string(function) + ": stats has " + std::to_string(in.cols()) +
+             " columns, expected a multiple of 3 (count, mean, m2 per chunk)";
+    });
   }
   if (out.rows() != in.rows() || out.cols() != 2) {
-    throw shape_error(std::string(function) + ": mean_var is " +
-                      detail::shape_text(out.rows(), out.cols()) + ", expected " +
-                      detail::shape_text(in.rows(), 2) + " (mean, variance per row)");
+    detail::throw_shape_error([&] {
+      return std::string(function) + ": mean_var is " + detail::shape_text(out.rows(), out.cols()) +
+             ", expected " + detail::shape_text(in.rows(), 2) + " (mean, variance per row)";
+    });
   }
   for (std::size_t r = 0; r < in.rows(); ++r) {
     double count = 0.0, mean = 0.0, m2 = 0.0;

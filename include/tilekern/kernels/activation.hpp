@@ -45,9 +45,10 @@ void activation(X&& x, Y&& y, act f, const cast_options& cast = {}) {
   static_assert(!std::is_const_v<y_type>,
                 "tilekern::activation: y must be writable (not a view of const or a const range)");
   if (y_view.rows() != x_view.rows() || y_view.cols() != x_view.cols()) {
-    throw shape_error("tilekern::activation: y is " +
-                      detail::shape_text(y_view.rows(), y_view.cols()) + ", expected " +
-                      detail::shape_text(x_view.rows(), x_view.cols()) + " (the shape of x)");
+    detail::throw_shape_error([&] {
+      return "tilekern::activation: y is " + detail::shape_text(y_view.rows(), y_view.cols()) +
+             ", expected " + detail::shape_text(x_view.rows(), x_view.cols()) + " (the shape of x)";
+    });
   }
   scalar::activation(vector::rounded(y_view, cast), view<const x_type>(x_view), f);
 }

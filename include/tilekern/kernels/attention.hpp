@@ -487,9 +487,10 @@ void attention_backward(heads_view<Q> q, heads_view<K> k, heads_view<V> v, heads
   detail::check_same_heads(function, "dk", dk, k, "the shape of k");
   detail::check_same_heads(function, "dv", dv, k, "the shape of k");
   if (lse.empty() && !q.empty()) {
-    throw shape_error(std::string(function) + ": lse is empty, expected " +
-                      detail::attention_dims(q.batch(), q.heads(), q.rows(), 1) +
-                      " (the forward's lse)");
+    detail::throw_shape_error([&] {
+      return std::string(function) + ": lse is empty, expected " +
+             detail::attention_dims(q.batch(), q.heads(), q.rows(), 1) + " (the forward's lse)";
+    });
   }
   detail::flash::backward(q, k, v, o, d_o, lse, dq, dk, dv, bias, options, cast);
 }

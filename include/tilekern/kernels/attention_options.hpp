@@ -71,8 +71,10 @@ void check_same_heads(const char* function, const char* argument, const heads_vi
                       const heads_view<Like>& like, const char* what) {
   if (x.batch() != like.batch() || x.heads() != like.heads() || x.rows() != like.rows() ||
       x.cols() != like.cols()) {
-    throw shape_error(std::string(function) + ": " + argument + " is " + attention_dims(x) +
-                      ", expected " + attention_dims(like) + " (" + what + ")");
+    detail::throw_shape_error([&] {
+      return std::string(function) + ": " + argument + " is " + attention_dims(x) + ", expected " +
+             attention_dims(like) + " (" + what + ")";
+    });
   }
 }
 
@@ -85,8 +87,10 @@ void check_attention(const char* function, const heads_view<Q>& q, const heads_v
                      const attention_options& options) {
   auto fail = [&](const char* argument, const std::string& actual, const std::string& expected,
                   const char* why) {
-    throw shape_error(std::string(function) + ": " + argument + " is " + actual + ", expected " +
-                      expected + " (" + why + ")");
+    detail::throw_shape_error([&] {
+      return std::string(function) + ": " + argument + " is " + actual + ", expected " + expected +
+             " (" + why + ")";
+    });
   };
   const std::size_t batch = q.batch(), heads = q.heads(), seq_q = q.rows(), dim = q.cols();
   const std::size_t kv_heads = k.heads(), seq_k = k.rows();

@@ -389,7 +389,7 @@ void matmul(const A& a, const B& b, C&& c, const matmul_options& options = {},
                 "tilekern::matmul: c must be a writable view (or tile, or range) of float or a "
                 "tilekern format");
   const auto fail = [](const std::string& message) {
-    throw shape_error("tilekern::matmul: " + message);
+    detail::throw_shape_error([&] { return "tilekern::matmul: " + message; });
   };
   const std::size_t m = a_source.rows, k = a_source.cols;
   std::size_t b_rows = 0, n = 0;

@@ -121,23 +121,26 @@ inline void norm_check_shape(const char* function, const char* argument, std::si
                              std::size_t cols, std::size_t expected_rows, std::size_t expected_cols,
                              const char* of_what) {
   if (rows != expected_rows || cols != expected_cols) {
-    throw shape_error(std::string(function) + ": " + argument + " is " + shape_text(rows, cols) +
-                      ", expected " + shape_text(expected_rows, expected_cols) + " (" + of_what +
-                      ")");
+    detail::throw_shape_error([&] {
+      return std::string(function) + ": " + argument + " is " + shape_text(rows, cols) +
+             ", expected " + shape_text(expected_rows, expected_cols) + " (" + of_what + ")";
+    });
   }
 }
 // Throws unless `tensor` is one row of `cols` elements (gamma, beta, dgamma, dbeta).
 inline void norm_check_row(const char* function, const char* argument, std::size_t rows,
                            std::size_t cols, std::size_t expected_cols) {
   if (rows != 1) {
-    throw shape_error(std::string(function) + ": " + argument + " is " + shape_text(rows, cols) +
-                      ", expected one row of " + std::to_string(expected_cols) +
-                      " (the columns of x)");
+    detail::throw_shape_error([&] {
+      return std::string(function) + ": " + argument + " is " + shape_text(rows, cols) +
+             ", expected one row of " + std::to_string(expected_cols) + " (the columns of x)";
+    });
   }
   if (cols != expected_cols) {
-    throw shape_error(std::string(function) + ": " + argument + " has " + std::to_string(cols) +
-                      " elements, expected " + std::to_string(expected_cols) +
-                      " (the columns of x)");
+    detail::throw_shape_error([&] {
+      return std::string(function) + ": " + argument + " has " + std::to_string(cols) +
+             " elements, expected " + std::to_string(expected_cols) + " (the columns of x)";
+    });
   }
 }
 

@@ -91,8 +91,10 @@ inline void check_same_shape(const char* function, const char* argument, std::si
                              std::size_t cols, std::size_t expected_rows, std::size_t expected_cols,
                              const char* what) {
   if (rows != expected_rows || cols != expected_cols) {
-    throw shape_error(std::string(function) + ": " + argument + " is " + shape_text(rows, cols) +
-                      ", expected " + shape_text(expected_rows, expected_cols) + " (" + what + ")");
+    detail::throw_shape_error([&] {
+      return std::string(function) + ": " + argument + " is " + shape_text(rows, cols) +
+             ", expected " + shape_text(expected_rows, expected_cols) + " (" + what + ")";
+    });
   }
 }
 
@@ -312,10 +314,12 @@ void softmax(X&& x, Mask&& mask, Y&& y, const softmax_options& options = {},
                 "format (additive)");
   const std::size_t rows = x_view.rows(), cols = x_view.cols();
   if (mask_view.cols() != cols || (mask_view.rows() != rows && mask_view.rows() != 1)) {
-    throw shape_error(std::string(function) + ": mask is " +
-                      detail::shape_text(mask_view.rows(), mask_view.cols()) + ", expected " +
-                      detail::shape_text(rows, cols) + " or 1x" + std::to_string(cols) +
-                      " (the shape of x, or one row broadcast)");
+    detail::throw_shape_error([&] {
+      return std::string(function) + ": mask is " +
+             detail::shape_text(mask_view.rows(), mask_view.cols()) + ", expected " +
+             detail::shape_text(rows, cols) + " or 1x" + std::to_string(cols) +
+             " (the shape of x, or one row broadcast)";
+    });
   }
   detail::check_same_shape(function, "y", y_view.rows(), y_view.cols(), rows, cols,
                            "the shape of x");

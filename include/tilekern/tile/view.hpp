@@ -25,8 +25,10 @@ class view {
   view(T* data, std::size_t rows, std::size_t cols, std::size_t stride)
       : data_(data), rows_(rows), cols_(cols), stride_(stride) {
     if (stride < cols && rows > 1) {
-      throw shape_error("tilekern::view: stride " + std::to_string(stride) +
-                        " is less than the row length " + std::to_string(cols));
+      detail::throw_shape_error([&] {
+        return "tilekern::view: stride " + std::to_string(stride) +
+               " is less than the row length " + std::to_string(cols);
+      });
     }
   }
   view(T* data, std::size_t rows, std::size_t cols) : view(data, rows, cols, cols) {}
@@ -56,10 +58,11 @@ class view {
   // within the view.
   view block(std::size_t r, std::size_t c, std::size_t rows, std::size_t cols) const {
     if (r > rows_ || rows > rows_ - r || c > cols_ || cols > cols_ - c) {
-      throw shape_error("tilekern::view::block: " + std::to_string(rows) + "x" +
-                        std::to_string(cols) + " at (" + std::to_string(r) + ", " +
-                        std::to_string(c) + ") does not lie within " + std::to_string(rows_) + "x" +
-                        std::to_string(cols_));
+      detail::throw_shape_error([&] {
+        return "tilekern::view::block: " + std::to_string(rows) + "x" + std::to_string(cols) +
+               " at (" + std::to_string(r) + ", " + std::to_string(c) + ") does not lie within " +
+               std::to_string(rows_) + "x" + std::to_string(cols_);
+      });
     }
     return view(data_ + r * stride_ + c, rows, cols, stride_);
   }
@@ -133,8 +136,10 @@ class heads_view {
         head_stride_(head_stride),
         row_stride_(row_stride) {
     if (row_stride < cols && rows > 1) {
-      throw shape_error("tilekern::heads_view: row stride " + std::to_string(row_stride) +
-                        " is less than the row length " + std::to_string(cols));
+      detail::throw_shape_error([&] {
+        return "tilekern::heads_view: row stride " + std::to_string(row_stride) +
+               " is less than the row length " + std::to_string(cols);
+      });
     }
   }
   // Contiguous [batch, heads, rows, cols].
