@@ -11,9 +11,9 @@
 // Inputs: x and dy N(0, 1) (mt19937, seeds 42 and 43) in <format>; gamma 1 + N(0, 0.1) and beta
 // N(0, 0.1), fp32 (as oneDNN takes them); y and dx in <format>, dgamma and dbeta fp32; eps 1e-5;
 // rounded to nearest even.
-// At 1x768 a call takes well under a microsecond, about what reading the thread's CPU clock costs,
-// so each timed piece (the kernel, memcpy, oneDNN) is 256 calls in a row there: the time column is
-// that of 256 calls, and the counter call_ns the kernel's time per call.
+// At 1x768 each timed piece (the kernel, memcpy, oneDNN) is 256 calls in a row
+// (support/timing.hpp, calls_per_piece): the time column is that of 256 calls, and the counter
+// call_ns the kernel's time per call.
 // Counters (the benchmark's own time, UseManualTime, is the tilekern call's alone):
 //   GBps         bytes read + written by the kernel / time: x and y once each, gamma and beta once
 //                per call (backward: dy, x, dx, gamma, dgamma, dbeta)
@@ -76,7 +76,7 @@ enum class norm { layer, rms };
 
 template <class T>
 void forward(benchmark::State& state, norm kind, std::size_t rows, std::size_t cols) {
-  const std::size_t calls = rows * cols < 4096 ? 256 : 1;  // per timed piece (see the top)
+  const std::size_t calls = bench::calls_per_piece(rows * cols);
   constexpr float eps = 1e-5f;
   const std::vector<T> x = normal_tensor<T>(rows * cols, 42);
   const std::vector<float> gamma = normal_tensor<float>(cols, 44, 1.0f, 0.1f);
@@ -90,11 +90,6 @@ void forward(benchmark::State& state, norm kind, std::size_t rows, std::size_t c
     } else {
       rmsnorm(xv, gamma, yv, eps);
     }
-  };
-  const auto repeated = [calls](const auto& call) {
-    return [calls, &call] {
-      for (std::size_t i = 0; i < calls; ++i) call();
-    };
   };
 
   // The error against the fp64 reference, once, outside the timed loop.
@@ -112,20 +107,19 @@ void forward(benchmark::State& state, norm kind, std::size_t rows, std::size_t c
   }
 
   const std::size_t bytes = rows * cols * sizeof(T);
-  const auto copy = [&] { bench::copy_bytes(y.data(), x.data(), bytes); };
-  std::vector<std::function<void()>> others = {repeated(copy)};
+  std::vector<std::function<void()>> others = {
+      bench::repeated(calls, [&] { bench::copy_bytes(y.data(), x.data(), bytes); })};
 #if TILEKERN_HAVE_ONEDNN
   std::unique_ptr<bench::onednn_layernorm> onednn;
-  const auto run_onednn = [&] { onednn->run(); };
   if (kind == norm::layer) {
     onednn = bench::baseline_if_supported<bench::onednn_layernorm>(
         state, std::is_same_v<T, float> ? bench::dnnl_type::f32 : bench::dnnl_type::bf16, rows,
         cols, eps, x.data(), gamma.data(), beta.data(), y.data());
-    if (onednn) others.push_back(repeated(run_onednn));
+    if (onednn) others.push_back(bench::repeated(calls, [&] { onednn->run(); }));
   }
 #endif
   double seconds = 0;
-  const auto ratios = time_against(state, repeated(once), others, seconds);
+  const auto ratios = time_against(state, bench::repeated(calls, once), others, seconds);
   const std::size_t vectors = (kind == norm::layer ? 2 : 1) * cols * sizeof(float);
   const auto iterations = static_cast<double>(state.iterations() * calls);
   state.counters["GBps"] = static_cast<double>(2 * bytes + vectors) * iterations / seconds * 1e-9;

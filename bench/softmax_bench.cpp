@@ -1,11 +1,15 @@
 // softmax (kernels/softmax.hpp) against memcpy and oneDNN, one thread, in the same run:
 //
 //   softmax/<format>/<rows>x<cols>       forward, no mask, scale 1, bf16 and float at 1576x768
-//                                        (ViT-B/16, batch 8) and 4096x4096
+//                                        (ViT-B/16, batch 8), 4096x4096 and 1x768 (one row: what a
+//                                        call costs beyond its arithmetic)
 //   softmax_bwd/<format>/1576x768        backward (dy and y in, dx out), GBps only
 // (Google Benchmark appends /manual_time.)
 //
 // Inputs: N(0, 1) (mt19937, seed 42), in and out in <format>, rounded to nearest even.
+// At 1x768 each timed piece (the kernel, memcpy, oneDNN) is 256 calls in a row
+// (support/timing.hpp, calls_per_piece): the time column is that of 256 calls, and the counter
+// call_ns the kernel's time per call.
 // Counters (the benchmark's own time, UseManualTime, is the tilekern call's alone):
 //   GBps         bytes read + written by the kernel (x once, y once; backward dy, y and dx) / time
 //   memcpy_frac  memcpy time / tilekern time: a memcpy of x's bytes into y's buffer
@@ -48,21 +52,23 @@ void forward(benchmark::State& state, std::size_t rows, std::size_t cols) {
   const view<const T> xv(x.data(), rows, cols);
   const view<T> yv(y.data(), rows, cols);
   const std::size_t bytes = rows * cols * sizeof(T);
+  const std::size_t calls = bench::calls_per_piece(rows * cols);
   std::vector<std::function<void()>> others = {
-      [&] { bench::copy_bytes(y.data(), x.data(), bytes); }};
+      bench::repeated(calls, [&] { bench::copy_bytes(y.data(), x.data(), bytes); })};
 #if TILEKERN_HAVE_ONEDNN
   const auto onednn = bench::baseline_if_supported<bench::onednn_softmax>(
       state, std::is_same_v<T, float> ? bench::dnnl_type::f32 : bench::dnnl_type::bf16, rows, cols,
       x.data(), y.data());
-  if (onednn) others.push_back([&] { onednn->run(); });
+  if (onednn) others.push_back(bench::repeated(calls, [&] { onednn->run(); }));
 #endif
   double seconds = 0;
-  const auto ratios = time_against(
-      state, [&] { softmax(xv, yv); }, others, seconds);
-  const auto iterations = static_cast<double>(state.iterations());
+  const auto ratios =
+      time_against(state, bench::repeated(calls, [&] { softmax(xv, yv); }), others, seconds);
+  const auto iterations = static_cast<double>(state.iterations() * calls);
   state.counters["GBps"] = 2.0 * static_cast<double>(bytes) * iterations / seconds * 1e-9;
   state.counters["memcpy_frac"] = ratios[0];
   if (ratios.size() > 1) state.counters["onednn_frac"] = ratios[1];
+  if (calls > 1) state.counters["call_ns"] = seconds / iterations * 1e9;
 }
 
 template <class T>
@@ -91,7 +97,7 @@ void add(const std::string& name, std::function<void(benchmark::State&)> body) {
 
 template <class T>
 void register_format() {
-  constexpr std::size_t shapes[][2] = {{1576, 768}, {4096, 4096}};
+  constexpr std::size_t shapes[][2] = {{1576, 768}, {4096, 4096}, {1, 768}};
   for (const auto& shape : shapes) {
     const std::size_t rows = shape[0], cols = shape[1];
     add("softmax/" + name_of<T>() + "/" + std::to_string(rows) + "x" + std::to_string(cols),

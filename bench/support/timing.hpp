@@ -9,6 +9,10 @@
 //                          back to back, alternating the order (kernel first on even iterations,
 //                          last on odd ones), so that all see the same cache state and clock;
 //                          returns, for each other, its total time over the kernel's total
+//   calls_per_piece(elements)   how many calls of a kernel on `elements` elements one timed piece
+//                          makes: 256 below 4096 elements (a call of well under a microsecond,
+//                          about what reading the thread's CPU clock costs), else 1
+//   repeated(calls, f)     f called `calls` times in a row, as one piece for time_against
 //
 // Thread CPU time is the default: on this shared 2-core machine other jobs often hold both cores,
 // and the wall clock then mostly measures how long the thread waited to be scheduled (3-5x the CPU
@@ -21,9 +25,20 @@
 #include <cstddef>
 #include <ctime>
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace tilekern::bench {
+
+inline std::size_t calls_per_piece(std::size_t elements) {
+  return elements < 4096 ? 256 : 1;
+}
+
+inline std::function<void()> repeated(std::size_t calls, std::function<void()> f) {
+  return [calls, f = std::move(f)] {
+    for (std::size_t i = 0; i < calls; ++i) f();
+  };
+}
 
 inline double thread_seconds(const std::function<void()>& work) {
   timespec start{}, stop{};
