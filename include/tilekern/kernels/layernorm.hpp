@@ -238,8 +238,8 @@ void layernorm_views(view<const X> x, view<const G> gamma, view<const B> beta, v
   if (rows * cols == 0) return;
 
   const std::size_t block = std::min(rows, norm_block_rows<X>(cols));
-  std::vector<float> columns(8 * block + 1);
-  std::vector<double> sums(2 * block);
+  norm_scratch<float, 40> columns(8 * block + 1);  // every value written before it is read
+  norm_scratch<double, 8> sums(2 * block);
   for (std::size_t r0 = 0; r0 < rows; r0 += block) {
     const std::size_t n = std::min(block, rows - r0);
     const auto column = [&](std::size_t k) { return norm_column(columns.data() + k * block, n); };
