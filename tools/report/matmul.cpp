@@ -97,7 +97,12 @@ void add_row(const settings& options, table& result, rounding round = rounding::
   using b_operand = typename decltype(packed)::element_type;
   const tensor::path where = tensor::choose_path<a_operand, b_operand>();
   std::string policy = policy_name(Policy::mode);
-  if (Policy::mode != auto_cast::none) policy += " " + name_of<typename Policy::cast_type>();
+  if (Policy::mode != auto_cast::none) {
+    // Appended piece by piece: " " + name_of<...>() tripped gcc 12's -Wrestrict false positive
+    // (GCC bug 105329) once the shape checks were inlined differently.
+    policy += ' ';
+    policy += name_of<typename Policy::cast_type>();
+  }
   result.add_row({name_of<A>() + " x " + name_of<B>(), policy, name_of<C>(),
                   std::is_same_v<C, float> ? "-" : std::string(name(round)),
                   std::string(name(where.level)) +
