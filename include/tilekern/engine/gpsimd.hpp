@@ -1011,9 +1011,10 @@ class core {
     std::size_t piece_;
   };
   pieces chunks(std::size_t n, std::size_t piece) const {
-    if (piece == 0)
+    if (piece == 0) {
       tilekern::detail::throw_shape_error(
-          [&] { return "tilekern::gpsimd::core::chunks: piece is 0"; });
+          [] { return "tilekern::gpsimd::core::chunks: piece is 0"; });
+    }
     return {share(n), piece};
   }
 
@@ -1050,18 +1051,19 @@ class core {
   core(std::size_t id, const gpsimd::options& opt, const detail::local_memory& local)
       : id_(id), options_(&opt), local_(&local) {}
 
+  // Every load and store checks its range; the messages are built only when one fails.
   static void check(const char* what, range part, std::size_t tensor, std::size_t local) {
-    const std::string function = std::string("tilekern::gpsimd::core::") + what;
+    const auto function = [what] { return std::string("tilekern::gpsimd::core::") + what; };
     if (part.begin > part.end || part.end > tensor) {
       tilekern::detail::throw_shape_error([&] {
-        return function + ": range [" + std::to_string(part.begin) + ", " +
+        return function() + ": range [" + std::to_string(part.begin) + ", " +
                std::to_string(part.end) + ") is outside the tensor of " + std::to_string(tensor) +
                " elements";
       });
     }
     if (part.size() > local) {
       tilekern::detail::throw_shape_error([&] {
-        return function + ": range has " + std::to_string(part.size()) +
+        return function() + ": range has " + std::to_string(part.size()) +
                " elements, more than the local span's " + std::to_string(local);
       });
     }
