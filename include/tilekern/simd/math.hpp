@@ -297,11 +297,23 @@ HWY_INLINE hn::Vec<D> polynomial(D d, hn::Vec<D> x, float c0, Rest... rest) {
   return hn::MulAdd(polynomial(d, x, rest...), x, hn::Set(d, c0));
 }
 
+// 2^(e - 127) for integer lanes e in [1, 254] (biased exponents).
+template <class D>
+HWY_INLINE hn::Vec<D> biased_power_of_two(D d, hn::Vec<hn::RebindToSigned<D>> e) {
+  return hn::BitCast(d, hn::ShiftLeft<23>(e));
+}
+
 // 2^k for integer lanes k in [-126, 127].
 template <class D>
 HWY_INLINE hn::Vec<D> power_of_two(D d, hn::Vec<hn::RebindToSigned<D>> k) {
   const hn::RebindToSigned<D> di;
-  return hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(k, hn::Set(di, 127))));
+  return biased_power_of_two(d, hn::Add(k, hn::Set(di, 127)));
+}
+
+// -|x|, in one operation: x with its sign bit set.
+template <class D>
+HWY_INLINE hn::Vec<D> minus_abs(D d, hn::Vec<D> x) {
+  return hn::Or(x, hn::SignBit(d));
 }
 
 // e^x = head * scale, for x = hi + lo (|lo| below an ulp or so of hi, or 0). hi is clamped to
@@ -346,13 +358,17 @@ HWY_INLINE reduced_exp<D> reduce_exp(D d, hn::Vec<D> x) {
   return {n, n_int, r};
 }
 
-// head = e^r 2^(n/2), scale = 2^(n - n/2).
+// head = e^r 2^(n >> 1), scale = 2^(n - (n >> 1)).
 template <class D>
 HWY_INLINE exp_split<D> exp_of_reduced(D d, hn::Vec<hn::RebindToSigned<D>> n_int, hn::Vec<D> r) {
+  const hn::RebindToSigned<D> di;
   const auto one = hn::Set(d, 1.0f);
   const auto e_r = hn::MulAdd(hn::MulAdd(exp_q4(d, r), r, one), r, one);
-  const auto n_half = hn::ShiftRight<1>(n_int);
-  return {hn::Mul(e_r, power_of_two(d, n_half)), power_of_two(d, hn::Sub(n_int, n_half))};
+  // Both biased exponents from one sum b = n + 254 (two integer operations fewer than
+  // power_of_two twice): b >> 1 = (n >> 1) + 127 and b - (b >> 1) = n - (n >> 1) + 127.
+  const auto b = hn::Add(n_int, hn::Set(di, 254));
+  const auto b_half = hn::ShiftRight<1>(b);
+  return {hn::Mul(e_r, biased_power_of_two(d, b_half)), biased_power_of_two(d, hn::Sub(b, b_half))};
 }
 
 // e^x for any x (NaN gives a finite result).
@@ -411,7 +427,7 @@ HWY_INLINE hn::Vec<D> tanh(D d, hn::Vec<D> x) {
 template <class D>
 HWY_INLINE hn::Vec<D> sigmoid(D d, hn::Vec<D> x) {
   const auto one = hn::Set(d, 1.0f);
-  const auto parts = exp_parts_nonpositive(d, hn::Neg(hn::Abs(x)));
+  const auto parts = exp_parts_nonpositive(d, minus_abs(d, x));
   const auto t = hn::Mul(parts.head, parts.scale);  // e^-|x|
   const auto numerator = hn::IfThenElse(hn::Lt(x, hn::Zero(d)), t, one);
   return restore_nan(x, hn::Div(numerator, hn::MulAdd(parts.head, parts.scale, one)));
@@ -434,7 +450,7 @@ HWY_INLINE hn::Vec<D> times_sigmoid(D d, hn::Vec<D> x, exp_split<D> parts) {
 // silu: at most 4 ulp for every finite x.
 template <class D>
 HWY_INLINE hn::Vec<D> silu(D d, hn::Vec<D> x) {
-  return times_sigmoid(d, x, exp_parts_nonpositive(d, hn::Neg(hn::Abs(x))));
+  return times_sigmoid(d, x, exp_parts_nonpositive(d, minus_abs(d, x)));
 }
 
 // gelu_tanh = x sigmoid(u), u = x s, s = c0 + c1 x^2, c0 = 2 sqrt(2/pi), c1 = 0.044715 c0.
@@ -464,7 +480,7 @@ HWY_INLINE hn::Vec<D> gelu_tanh(D d, hn::Vec<D> x) {
   const auto s_hi = hn::Add(larger, smaller);
   const auto s_lo = hn::Add(hn::Sub(smaller, hn::Sub(s_hi, larger)), hn::Add(p_lo, c0_lo));
   // e^(-|x| s), reduced with the product inside the FMA (n ln2_hi is exact).
-  const auto minus_abs_x = hn::Neg(hn::Abs(xc));
+  const auto minus_abs_x = minus_abs(d, xc);
   const auto magic = hn::Set(d, round_magic);
   const auto shifted = hn::MulAdd(hn::Mul(minus_abs_x, s_hi), hn::Set(d, log2e), magic);
   const auto n = hn::Sub(shifted, magic);
@@ -520,7 +536,7 @@ HWY_INLINE hn::Vec<D> log1p_unit(D d, hn::Vec<D> t) {
 // softplus: at most 3 ulp for every finite x; e^x to the last bit when tiny.
 template <class D>
 HWY_INLINE hn::Vec<D> softplus(D d, hn::Vec<D> x) {
-  const auto parts = exp_parts_nonpositive(d, hn::Neg(hn::Abs(x)));
+  const auto parts = exp_parts_nonpositive(d, minus_abs(d, x));
   const auto t = hn::Mul(parts.head, parts.scale);
   const auto y = hn::Add(hn::Max(x, hn::Zero(d)), log1p_unit(d, t));
   return restore_nan(x, y);
@@ -531,7 +547,7 @@ template <class D>
 HWY_INLINE hn::Vec<D> mish(D d, hn::Vec<D> x) {
   const auto one = hn::Set(d, 1.0f);
   const auto two = hn::Set(d, 2.0f);
-  const auto parts = exp_parts_nonpositive(d, hn::Neg(hn::Abs(x)));
+  const auto parts = exp_parts_nonpositive(d, minus_abs(d, x));
   const auto t = hn::Mul(parts.head, parts.scale);  // e^-|x|
   const auto negative = hn::Lt(x, hn::Zero(d));
   // x < 0: tanh(softplus x) = t (t + 2) / (t (t + 2) + 2), t = e^x.
