@@ -373,6 +373,25 @@ TEST_CASE("layernorm: the accuracy bar (fp32 within B u of the magnitudes; bf16,
   }
 }
 
+TEST_CASE("layernorm: rows of whole chunks, stored one after another or strided, the same bits") {
+  // Rows of several chunks (norm_chunk) stored one after another are summed as rows of one chunk
+  // each, in one reduction; with a row stride, chunk by chunk: the same fp32 sums either way.
+  for (std::size_t rows : {std::size_t{2}, std::size_t{5}}) {
+    problem<bf16, bf16, bf16> dense(rows, 3072, 3072), strided(rows, 3072, 3077);
+    for (auto* p : {&dense, &strided}) {
+      fill_normal(*p, 70 + rows);
+      p->set_x(rows - 1, 7, 1e30);  // a row whose sums overflow: rescaled and summed again
+      p->set_x(0, 9, 1e4);  // a row far from one pass's condition: its mean in a second pass
+    }
+    check_forward<float>(dense, 1e-5f);
+    check_forward<bf16>(dense, 1e-5f, {.round = rounding::stochastic, .seed = 5});
+    output<float> a(rows, 3072, 3072), b(rows, 3072, 3072);
+    layernorm(dense.x_view(), dense.gamma.cspan(), dense.beta.cspan(), a.view_of(), 1e-5f);
+    layernorm(strided.x_view(), strided.gamma.cspan(), strided.beta.cspan(), b.view_of(), 1e-5f);
+    for (std::size_t i = 0; i < a.y.size(); ++i) REQUIRE(same_bits(a.y[i], b.y[i]));
+  }
+}
+
 TEST_CASE("layernorm: stochastic rounding is reproducible, seeded, indexed by r * cols + c") {
   problem<float, float, float> p(9, 769, 800);
   fill_normal(p, 60);
@@ -712,6 +731,11 @@ TEST_CASE("layernorm_backward: every format against the fp64 reference") {
   backward_every_shape<fp8_e4m3fn>(205);
   backward_every_shape<fp8_e5m2>(206);
   backward_every_shape<fp8_e3m4>(207);
+  {
+    problem<float, float, float> one_row(1, 2048, 2048);  // whole chunks: gamma as chunk rows too
+    fill_normal(one_row, 196);
+    check_backward<float, float>(one_row, normal_codes<float>(2048, 197), 1e-5f);
+  }
   // Mixed: bf16 x and dy, float gamma, float gradients.
   problem<bf16, float, float> p(5, 769, 769);
   fill_normal(p, 210);

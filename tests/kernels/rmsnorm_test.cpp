@@ -301,6 +301,24 @@ TEST_CASE("rmsnorm: mixed formats, and the measured fp32 error") {
   }
 }
 
+TEST_CASE("rmsnorm: rows of whole chunks, stored one after another or strided, the same bits") {
+  // Rows of several chunks (norm_chunk) stored one after another are summed as rows of one chunk
+  // each, in one reduction; with a row stride, chunk by chunk: the same fp32 sums either way.
+  for (std::size_t rows : {std::size_t{2}, std::size_t{5}}) {
+    problem<bf16, bf16> dense(rows, 3072, 3072), strided(rows, 3072, 3077);
+    for (auto* p : {&dense, &strided}) {
+      fill_normal(*p, 70 + rows);
+      p->set_x(rows - 1, 7, 1e30);  // a row whose squares overflow: rescaled and summed again
+    }
+    check_forward<float>(dense, 1e-5f);
+    check_forward<bf16>(dense, 1e-5f, {.round = rounding::stochastic, .seed = 5});
+    output<float> a(rows, 3072, 3072), b(rows, 3072, 3072);
+    rmsnorm(dense.x_view(), dense.gamma.cspan(), a.view_of(), 1e-5f);
+    rmsnorm(strided.x_view(), strided.gamma.cspan(), b.view_of(), 1e-5f);
+    for (std::size_t i = 0; i < a.y.size(); ++i) REQUIRE(same_bits(a.y[i], b.y[i]));
+  }
+}
+
 TEST_CASE("rmsnorm: stochastic rounding is reproducible, seeded, indexed by r * cols + c") {
   problem<float, float> p(9, 769, 800);
   fill_normal(p, 60);
@@ -548,6 +566,10 @@ TEST_CASE("rmsnorm_backward: every format against the fp64 reference") {
   fill_normal(p, 210);
   check_backward<float, float>(p, normal_codes<bf16>(5 * 769, 211), 1e-5f);
   check_backward<bf16, float>(p, normal_codes<bf16>(5 * 769, 212), 1e-5f);
+
+  problem<float, float> one_row(1, 2048, 2048);  // whole chunks: gamma read as chunk rows too
+  fill_normal(one_row, 215);
+  check_backward<float, float>(one_row, normal_codes<float>(2048, 216), 1e-5f);
 
   problem<float, float> q(64, 4097, 4097);
   fill_normal(q, 213);
