@@ -213,7 +213,7 @@ bool norm_contiguous(column_source<T> source, std::size_t rows, std::size_t) {
 // Rows of more than one chunk, stored one after another, are reduced as rows of a chunk each
 // (norm_chunk_rows): the same fp32 sums, from one reduction that reads the block in order. A
 // loop over the chunks, each a reduction over the block's rows, reads every row q times with
-// a stride, and took layernorm and rmsnorm 4096x4096 25-33% longer (CONTRIBUTING.md).
+// a stride, and took layernorm and rmsnorm 4096x4096 13-34% longer (CONTRIBUTING.md).
 template <std::size_t K, class Reduce, class... Sources>
 void norm_chunk_sums(const std::array<double*, K>& sums, const std::array<view<float>, K>& partials,
                      Reduce reduce, Sources... sources) {
