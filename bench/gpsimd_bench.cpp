@@ -10,7 +10,7 @@
 //   gelu_erf         y = 0.5 x (1 + erf(x / sqrt 2))                  elementwise
 //   bias_gelu        y = gelu_erf(x + b), b one broadcast row         elementwise, rows x 768
 //   tanh_derivative  y0 = tanh x, y1 = 1 - tanh^2 x (two outputs)     elementwise
-//   rmsnorm          y = x / sqrt(mean(x^2) + 1e-6) * gamma per row   rowwise + sum + transform,
+//   rmsnorm          y = x / sqrt(mean(x^2) + 1e-6) * gamma per row   rowwise + sum + stream,
 //                                                                     rows x 768
 // formats: bf16 for every op; float, fp16 and fp8_e4m3 too for relu and gelu_erf.
 // n: 1 Mi and 16 Mi elements per tensor. The row-wise shapes have floor(n / 768) rows (1365 and

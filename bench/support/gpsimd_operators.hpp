@@ -48,13 +48,14 @@ inline float rms_scale(float squares, std::size_t n) {
   return 1.0f / std::sqrt(squares / static_cast<float>(n) + 1e-6f);
 }
 
-// y = x / sqrt(mean(x^2) + 1e-6) * gamma, per row
+// y = x / sqrt(mean(x^2) + 1e-6) * gamma, per row; y streamed into its tensor (the output row
+// as its own type, an output_row, which stream() needs to bypass local memory)
 struct rmsnorm_op {
-  template <class Arch>
+  template <class Arch, class Y>
   void operator()(gpsimd::row<const float, Arch> x, gpsimd::row<const float, Arch> gamma,
-                  gpsimd::row<float, Arch> y) const {
+                  Y y) const {
     const float scale = rms_scale(gpsimd::sum([](auto v) { return v * v; }, x), x.size());
-    gpsimd::transform(
+    gpsimd::stream(
         y, [scale](auto v, auto g) { return v * scale * g; }, x, gamma);
   }
 };

@@ -1,7 +1,8 @@
-// gpsimd::rowwise and the row helpers sum, max and transform: exact row statistics against fp64
-// loops for every format in and out, a broadcast gamma row, strided and odd shapes, every ISA
-// path and core count; softmax and rmsnorm within stated bounds; the helpers' edge cases (empty
-// rows, NaN, tails, mismatched lengths).
+// gpsimd::rowwise and the row helpers sum, max, transform and stream: exact row statistics
+// against fp64 loops for every format in and out, with outputs written to local memory and
+// streamed, a broadcast gamma row, strided and odd shapes, every ISA path and core count; softmax
+// and rmsnorm within stated bounds, streamed or not with the same bits; the helpers' edge cases
+// (empty rows, NaN, tails, mismatched lengths, a row both written and streamed).
 
 #include <doctest/doctest.h>
 
@@ -43,7 +44,24 @@ const auto stats = [](auto x, auto g, auto y0, auto y1, auto y2, auto y3) {
       y3, [mg](auto) { return batch(mg); }, x);
 };
 
-template <class X, class G, class Y0, class Y1, class Y2, class Y3>
+// The same, every output streamed into its tensor.
+const auto streamed_stats = [](auto x, auto g, auto y0, auto y1, auto y2, auto y3) {
+  using batch = typename decltype(x)::batch;
+  const float m = gpsimd::max(x);
+  const float s = gpsimd::sum(x);
+  const float mg = gpsimd::max([](auto a, auto b) { return a * b; }, x, g);
+  gpsimd::stream(
+      y0, [m](auto v) { return v - batch(m); }, x);
+  gpsimd::stream(
+      y1, [](auto v, auto w) { return v * w; }, x, g);
+  gpsimd::stream(
+      y2, [s](auto) { return batch(s); }, x);
+  gpsimd::stream(
+      y3, [mg](auto) { return batch(mg); }, x);
+};
+
+// With Streamed, the operator streams its outputs (streamed_stats).
+template <bool Streamed, class X, class G, class Y0, class Y1, class Y2, class Y3>
 void check_stats(const shape& s, bool broadcast, const gpsimd::options& opt,
                  const std::string& what, std::uint64_t seed) {
   tensor<X> x(s.rows, s.cols, s.x_stride);
@@ -54,8 +72,13 @@ void check_stats(const shape& s, bool broadcast, const gpsimd::options& opt,
   tensor<Y1> y1(s.rows, s.cols);
   tensor<Y2> y2(s.rows, s.cols, s.y_stride);
   tensor<Y3> y3(s.rows, s.cols);
-  gpsimd::rowwise(stats, gpsimd::inputs(x.cv(), g.cv()),
-                  gpsimd::outputs(y0.v(), y1.v(), y2.v(), y3.v()), opt);
+  const auto in = gpsimd::inputs(x.cv(), g.cv());
+  const auto out = gpsimd::outputs(y0.v(), y1.v(), y2.v(), y3.v());
+  if constexpr (Streamed) {
+    gpsimd::rowwise(streamed_stats, in, out, opt);
+  } else {
+    gpsimd::rowwise(stats, in, out, opt);
+  }
   // The reference: plain double loops over each row.
   std::vector<double> row_max(s.rows, -HUGE_VAL), row_sum(s.rows, 0.0),
       row_max_g(s.rows, -HUGE_VAL);
@@ -98,8 +121,10 @@ void check_stats(const shape& s, bool broadcast, const gpsimd::options& opt,
 }
 
 // Every shape (the gamma broadcast on every other one), on every path, under `casts`, with the
-// core configurations `configs` and one threaded run.
-template <class X, class G, class Y0, class Y1, class Y2, class Y3>
+// core configurations `configs` and one threaded run; with Streamed, the outputs both written to
+// local memory and streamed (one set of formats per output format is enough for the streamed
+// variant, which costs compile time).
+template <class X, class G, class Y0, class Y1, class Y2, class Y3, bool Streamed = false>
 void check_stats_everywhere(std::uint64_t seed, std::span<const cast_options> casts = quick_casts,
                             std::span<const core_config> configs = quick_core_configs) {
   const std::string types = type_name<X>() + ", " + type_name<G>() + " -> " + type_name<Y0>() +
@@ -112,16 +137,22 @@ void check_stats_everywhere(std::uint64_t seed, std::span<const cast_options> ca
         bool broadcast = seed % 2 == 0;
         for (const shape& s : row_shapes) {
           broadcast = !broadcast;
-          check_stats<X, G, Y0, Y1, Y2, Y3>(
-              s, broadcast, opt,
-              types + (broadcast ? " (broadcast g) " : " ") + describe(level, config, cast) + " " +
-                  std::to_string(s.rows) + "x" + std::to_string(s.cols),
-              seed++);
+          const std::string what = types + (broadcast ? " (broadcast g) " : " ") +
+                                   describe(level, config, cast) + " " + std::to_string(s.rows) +
+                                   "x" + std::to_string(s.cols);
+          check_stats<false, X, G, Y0, Y1, Y2, Y3>(s, broadcast, opt, what, seed++);
+          if constexpr (Streamed) {
+            check_stats<true, X, G, Y0, Y1, Y2, Y3>(s, broadcast, opt, what + " streamed", seed++);
+          }
         }
       }
-      check_stats<X, G, Y0, Y1, Y2, Y3>(
-          {9, 7, 8, 9}, true, with_cores({.cast = cast}, threaded_config),
-          types + " " + describe(level, threaded_config, cast), seed++);
+      const gpsimd::options threaded = with_cores({.cast = cast}, threaded_config);
+      const std::string what = types + " " + describe(level, threaded_config, cast);
+      check_stats<false, X, G, Y0, Y1, Y2, Y3>({9, 7, 8, 9}, true, threaded, what, seed++);
+      if constexpr (Streamed) {
+        check_stats<true, X, G, Y0, Y1, Y2, Y3>({9, 7, 8, 9}, true, threaded, what + " streamed",
+                                                seed++);
+      }
     }
   });
 }
@@ -133,10 +164,11 @@ TEST_CASE("gpsimd: rowwise max, sum and transform with a broadcast gamma, each t
   });
 }
 
-TEST_CASE("gpsimd: rowwise max, sum and transform, mixed formats, every cast") {
-  check_stats_everywhere<float, float, float, float, float, float>(300, quick_casts.first(1));
-  check_stats_everywhere<bf16, fp8_e4m3, fp8_e5m2, fp16, tf32, fp8_e3m4>(400, all_casts);
-  check_stats_everywhere<fp8_e4m3fn, fp16, bf16, fp8_e4m3, fp8_e4m3fn, bf16>(500, all_casts);
+TEST_CASE("gpsimd: rowwise max, sum and transform or stream, mixed formats, every cast") {
+  // Streamed too: every output format, float included.
+  check_stats_everywhere<float, float, float, float, float, float, true>(300, quick_casts.first(1));
+  check_stats_everywhere<bf16, fp8_e4m3, fp8_e5m2, fp16, tf32, fp8_e3m4, true>(400, all_casts);
+  check_stats_everywhere<fp8_e4m3fn, fp16, bf16, fp8_e4m3, fp8_e4m3fn, bf16, true>(500, all_casts);
 }
 
 TEST_SUITE("long") {
@@ -154,17 +186,22 @@ TEST_CASE("gpsimd: rowwise over rows of 65537 elements") {
     const core_config config{3, 0};
     gpsimd::options opt = with_cores({.cast = cast}, config);
     opt.local_bytes = std::size_t{2} << 20;
-    check_stats<bf16, float, fp8_e4m3, bf16, float, fp16>(
-        {3, 65537}, true, opt, "65537 " + describe(active_isa(), config, cast), 600);
+    const std::string what = "65537 " + describe(active_isa(), config, cast);
+    check_stats<false, bf16, float, fp8_e4m3, bf16, float, fp16>({3, 65537}, true, opt, what, 600);
+    check_stats<true, bf16, float, fp8_e4m3, bf16, float, fp16>({3, 65537}, true, opt,
+                                                                what + " streamed", 601);
   }
 }
 
 TEST_CASE("gpsimd: rowwise gives the same bits for any number of cores and threads") {
   for (const cast_options& cast : all_casts) {
     for (core_config config : core_configs) {
-      check_stats<fp16, bf16, bf16, fp8_e5m2, float, fp8_e3m4>(
-          {29, 45, 47, 46}, true, with_cores({.cast = cast}, config),
-          "cores " + describe(active_isa(), config, cast), 700);
+      const gpsimd::options opt = with_cores({.cast = cast}, config);
+      const std::string what = "cores " + describe(active_isa(), config, cast);
+      check_stats<false, fp16, bf16, bf16, fp8_e5m2, float, fp8_e3m4>({29, 45, 47, 46}, true, opt,
+                                                                      what, 700);
+      check_stats<true, fp16, bf16, bf16, fp8_e5m2, float, fp8_e3m4>({29, 45, 47, 46}, true, opt,
+                                                                     what + " streamed", 700);
     }
   }
 }
@@ -195,6 +232,50 @@ TEST_CASE("gpsimd: rowwise outputs start zero-filled") {
     check_elements(
         y, [](std::size_t r, std::size_t c) { return c == r ? 1.0f : 0.0f; },
         std::string(name(level)) + " y, one core, column r written in row r");
+    // Streamed rows leave the memory as it was: rows 0, 2 and 4 stream y (from x), rows 1 and 3
+    // write column r of y's memory, which must be zero elsewhere.
+    calls = 0;
+    gpsimd::rowwise(
+        [&](auto in, auto out, auto) {
+          const std::size_t r = calls++;
+          if (r % 2 == 0) {
+            gpsimd::stream(
+                out, [](auto v) { return v; }, in);
+          } else {
+            out[r] = 1.0f;
+          }
+        },
+        gpsimd::inputs(x.cv()), gpsimd::outputs(y.v(), z.v()), {.cores = 1, .threads = 1});
+    check_elements(
+        y,
+        [&](std::size_t r, std::size_t c) { return r % 2 == 0 ? x(r, c)
+                                                   : c == r   ? 1.0f
+                                                              : 0.0f; },
+        std::string(name(level)) + " y, one core, even rows streamed, column r written in odd");
+  });
+}
+
+TEST_CASE("gpsimd: rowwise rejects an output row both written and streamed") {
+  for_each_isa([&](isa level) {
+    CAPTURE(name(level));
+    tensor<float> x(6, 19);
+    fill_grid(x, 820);
+    tensor<bf16> y(6, 19), z(6, 19);
+    for (core_config config : {core_config{1, 1}, core_config{3, 0}}) {
+      CHECK_THROWS_WITH_AS(
+          gpsimd::rowwise(
+              [](auto in, auto out0, auto out1) {
+                gpsimd::stream(
+                    out0, [](auto v) { return v; }, in);
+                out1[3] = 2.0f;
+                gpsimd::stream(
+                    out1, [](auto v) { return v; }, in);
+              },
+              gpsimd::inputs(x.cv()), gpsimd::outputs(y.v(), z.v()), with_cores({}, config)),
+          "tilekern::gpsimd::rowwise: output 1 was streamed and also written in local memory by "
+          "the same call of the operator; write an output row one way",
+          shape_error);
+    }
   });
 }
 
@@ -230,6 +311,14 @@ const auto rmsnorm = [](auto x, auto g, auto y) {
       gpsimd::sum([](auto v) { return v * v; }, x) / static_cast<float>(x.size());
   const float scale = 1.0f / std::sqrt(mean_square + rms_epsilon);
   gpsimd::transform(
+      y, [scale](auto v, auto w) { return v * batch(scale) * w; }, x, g);
+};
+const auto streamed_rmsnorm = [](auto x, auto g, auto y) {
+  using batch = typename decltype(x)::batch;
+  const float mean_square =
+      gpsimd::sum([](auto v) { return v * v; }, x) / static_cast<float>(x.size());
+  const float scale = 1.0f / std::sqrt(mean_square + rms_epsilon);
+  gpsimd::stream(
       y, [scale](auto v, auto w) { return v * batch(scale) * w; }, x, g);
 };
 
@@ -278,6 +367,14 @@ void check_softmax_and_rmsnorm(std::size_t rows, std::size_t cols) {
     }
     CHECK_MESSAGE(failures.count() == 0, type_name<X>(), " -> ", type_name<Y>(), "\n",
                   failures.text());
+    // Streamed: the same bits (for outputs that are not float or bf16 the streamed stats test
+    // covers the encoding; each instantiation here costs compile time).
+    if constexpr (std::is_same_v<Y, float> || std::is_same_v<Y, bf16>) {
+      tensor<Y> streamed(rows, cols, cols + 3);
+      gpsimd::rowwise(streamed_rmsnorm, gpsimd::inputs(x.cv(), g.cv()),
+                      gpsimd::outputs(streamed.v()));
+      CHECK_MESSAGE(same_bits(rms, streamed), name(level), " rmsnorm streamed");
+    }
     // Any cores and threads: the same bits on the same path.
     for (core_config config : invariance_configs) {
       tensor<Y> again(rows, cols);
@@ -353,6 +450,12 @@ TEST_CASE("gpsimd: sum, max and transform over every length up to 70, tails incl
           gpsimd::row<float, Arch>(y.data(), n), [](auto a, auto b) { return a - b; }, xr, wr);
       bool exact = true;
       for (std::size_t i = 0; i < n; ++i) exact = exact && y[i] == x[i] - w[i];
+      CHECK(exact);
+      // stream on a row that is not an operator's output row is transform.
+      guarded_buffer<float> z(n);
+      gpsimd::stream(
+          gpsimd::row<float, Arch>(z.data(), n), [](auto a, auto b) { return a * b; }, xr, wr);
+      for (std::size_t i = 0; i < n; ++i) exact = exact && z[i] == x[i] * w[i];
       CHECK(exact);
     }
   });

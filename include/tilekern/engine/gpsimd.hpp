@@ -9,7 +9,8 @@
 //       op(batch x, ...) returns one batch per output (a batch, or a std::tuple of batches).
 //   rowwise(op, inputs(...), outputs(...), options)
 //       op(row x, ..., row y, ...) gets each row decoded into fp32 local memory; sum(), max()
-//       and transform() below do the batch loops over a row, tails included.
+//       and transform() below do the batch loops over a row, tails included, and stream() writes
+//       an output row straight into its tensor (the hardware's write stream).
 //   tilewise<Rows, Cols>(op, inputs(...), outputs(...), options)
 //       op(const tile<float, Rows, Cols>& x, ..., tile<float, Rows, Cols>& y, ...) per tile.
 //   launch(options, body)
@@ -34,7 +35,10 @@
 // Elementwise operators need no local memory: each batch goes from the tensor into registers,
 // through the operator and back (staging whole chunks through memory would only add a pass over
 // them). Row-wise and tile-wise operators stage their rows and tiles in a local memory of
-// options.local_bytes per core, and throw shape_error if those do not fit.
+// options.local_bytes per core, and throw shape_error if those do not fit. A row-wise operator
+// can skip the staging of an output row with stream(): the results are encoded as they are
+// computed, instead of stored in local memory and read back (on the AMD EPYC of
+// CONTRIBUTING.md, rmsnorm over 1365 x 768 bf16 took about 15% less time).
 //
 // An operator must treat lanes independently (elementwise) and be safe to call from several
 // threads at once: when every tensor of an elementwise call is bf16, a batch holds every other
@@ -44,6 +48,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -185,6 +190,21 @@ class row : public std::span<T> {
   requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
       row(const row<U, Arch>& other)  // NOLINT(google-explicit-constructor)
       : std::span<T>(other.data(), other.size()) {}
+};
+
+// An output row of a row-wise operator: a row of fp32 local memory, zero-filled, which is encoded
+// into the output tensor when the operator returns, unless stream() wrote the tensor's row instead.
+// It is a row<float, Arch>, so an operator may take it as one (and stream() then writes the memory,
+// as transform() does). Sink, an implementation type, says where the row goes.
+template <class Arch, class Sink>
+class output_row : public row<float, Arch> {
+ public:
+  output_row(float* data, std::size_t size, Sink& sink)
+      : row<float, Arch>(data, size), sink_(&sink) {}
+  Sink& sink() const { return *sink_; }
+
+ private:
+  Sink* sink_;
 };
 
 namespace detail {
@@ -639,20 +659,53 @@ void elementwise_on(Op& op, const std::tuple<view<const In>...>& in,
 
 // ---- row-wise ----
 
-template <class Op, std::size_t Inputs, std::size_t Outputs>
+// Where an output row of rowwise_on goes: the row of the output tensor at `to`, whose first element
+// has index `first`, encoded by `writer`; `streamed` once stream() has written it. The operator
+// gets the sink's type, so it is compiled once per rounding mode; with the mode a value that
+// write() switches on, it was compiled once, but rmsnorm (bench/gpsimd_bench.cpp) ran 8% slower.
+template <class Path, class Out, rounding Mode>
+struct row_sink {
+  Out* to;
+  std::uint64_t first;
+  const batch_writer<Path, Out, Mode>* writer;
+  bool streamed = false;
+
+  // to[i] = f(from[i], ...) for i < n, each batch encoded as it is computed.
+  template <class Fn, class... In>
+  void write(Fn& f, std::size_t n, const In*... from) {
+    elementwise_segment<Path>(f, std::tuple<const In*...>(from...), std::tuple<Out*>(to),
+                              std::tuple<batch_writer<Path, Out, Mode>>(*writer), n, first);
+    streamed = true;
+  }
+};
+
+template <class Op, std::size_t Inputs, class... Out>
 struct rowwise_accepts {
   template <class Path>
   struct test {
-    template <std::size_t... I, std::size_t... O>
-    static constexpr bool check(std::index_sequence<I...>, std::index_sequence<O...>) {
-      return std::is_invocable_v<
-          Op&, decltype((void(I), row<const float, typename Path::arch>(nullptr, 0)))...,
-          decltype((void(O), row<float, typename Path::arch>(nullptr, 0)))...>;
+    template <std::size_t... I>
+    static constexpr bool check(std::index_sequence<I...>) {
+      using arch = typename Path::arch;
+      // Output rows of one mode: whether the operator takes them does not depend on it.
+      return std::is_invocable_v<Op&, decltype((void(I), row<const float, arch>(nullptr, 0)))...,
+                                 output_row<arch, row_sink<Path, Out, rounding::nearest_even>>...>;
     }
-    static constexpr bool value =
-        check(std::make_index_sequence<Inputs>(), std::make_index_sequence<Outputs>());
+    static constexpr bool value = check(std::make_index_sequence<Inputs>());
   };
 };
+
+// Throws unless the n floats of output k's local row are all +0: what the operator wrote to a
+// row it also streamed would stay there for the next row (see stream()).
+inline void check_unwritten(const float* local_row, std::size_t n, std::size_t k) {
+  if (std::any_of(local_row, local_row + n,
+                  [](float v) { return std::bit_cast<std::uint32_t>(v) != 0; })) {
+    tilekern::detail::throw_shape_error([&] {
+      return "tilekern::gpsimd::rowwise: output " + std::to_string(k) +
+             " was streamed and also written in local memory by the same call of the operator; "
+             "write an output row one way";
+    });
+  }
+}
 
 // ---- tile-wise ----
 
@@ -668,9 +721,10 @@ struct tilewise_accepts {
 };
 
 // Rows of the tensors staged through local memory (`stride` floats apart), one core's share at a
-// time: inputs decoded (one-row inputs once), the operator called, outputs encoded. Output rows are
-// zeroed once, and then by the pass that encodes them (it writes zeros back as it reads), which
-// costs less than clearing them before every row.
+// time: inputs decoded (one-row inputs once), the operator called, outputs encoded unless the
+// operator streamed them. Output rows are zeroed once, and then by the pass that encodes them (it
+// writes zeros back as it reads), which costs less than clearing them before every row; a streamed
+// row is left as it is (checked on the first row of each share).
 template <class Path, rounding Mode, class Op, class... In, class... Out>
 void rowwise_on(Op& op, const std::tuple<view<const In>...>& in,
                 const std::tuple<view<Out>...>& out, std::size_t rows, std::size_t cols,
@@ -704,17 +758,27 @@ void rowwise_on(Op& op, const std::tuple<view<const In>...>& in,
       for_indices(std::index_sequence_for<In...>(), [&](auto k) {
         if (std::get<k>(in).rows() != 1) stage_in(k, r);
       });
+      auto sinks = [&]<std::size_t... O>(std::index_sequence<O...>) {
+        return std::tuple<row_sink<Path, Out, Mode>...>(
+            {row_pointer(std::get<O>(out), r), r * cols, &std::get<0>(std::get<O>(writers))}...);
+      }
+      (std::index_sequence_for<Out...>());
       [&]<std::size_t... I, std::size_t... O>(std::index_sequence<I...>,
                                               std::index_sequence<O...>) {
         op(row<const float, arch>(array(I), cols)...,
-           row<float, arch>(array(sizeof...(In) + O), cols)...);
+           output_row<arch, row_sink<Path, Out, Mode>>(array(sizeof...(In) + O), cols,
+                                                       std::get<O>(sinks))...);
       }
       (std::index_sequence_for<In...>(), std::index_sequence_for<Out...>());
       for_indices(std::index_sequence_for<Out...>(), [&](auto k) {
         float* const local_row = array(sizeof...(In) + k);
-        elementwise_segment<Path>(and_zero, std::tuple<const float*>(local_row),
-                                  std::tuple(row_pointer(std::get<k>(out), r), local_row),
-                                  std::get<k>(writers), cols, r * cols);
+        if (!std::get<k>(sinks).streamed) {
+          elementwise_segment<Path>(and_zero, std::tuple<const float*>(local_row),
+                                    std::tuple(row_pointer(std::get<k>(out), r), local_row),
+                                    std::get<k>(writers), cols, r * cols);
+        } else if (r == mine.begin) {
+          check_unwritten(local_row, cols, k);
+        }
       });
     }
   });
@@ -749,7 +813,8 @@ void elementwise(Op op, const input_list<view<const In>...>& in,
 }
 
 // Calls op(x, ..., y, ...) once per row, with rows of every input decoded into fp32 local memory
-// and rows of every output (zero-filled) to write, encoded afterwards.
+// and rows of every output (gpsimd::output_row, zero-filled) to write, encoded afterwards, or to
+// stream().
 template <class Op, class... In, class... Out>
 void rowwise(Op op, const input_list<view<const In>...>& in, const output_list<view<Out>...>& out,
              const options& opt = {}) {
@@ -765,11 +830,12 @@ void rowwise(Op op, const input_list<view<const In>...>& in, const output_list<v
       function, arrays * stride * sizeof(float), opt,
       "a row of " + std::to_string(cols) + " elements in " + std::to_string(arrays) + " arrays");
   if (rows * cols == 0) return;
-  using accepts = detail::rowwise_accepts<Op, sizeof...(In), sizeof...(Out)>;
+  using accepts = detail::rowwise_accepts<Op, sizeof...(In), Out...>;
   static_assert(detail::accepted_by_some_path<accepts::template test>(),
                 "tilekern::gpsimd::rowwise: the operator must be callable with one "
                 "gpsimd::row<const float, A> per input, then one gpsimd::row<float, A> per output "
-                "(check the number of parameters; `auto` parameters take every batch width)");
+                "(an output_row, which converts to it; check the number of parameters; `auto` "
+                "parameters take every batch width)");
   detail::with_path<accepts::template test>([&](auto path) {
     tilekern::detail::visit_rounding(opt.cast.round, [&](auto mode) {
       detail::rowwise_on<decltype(path), decltype(mode)::value>(op, in.views, out.views, rows, cols,
@@ -967,6 +1033,26 @@ void transform(row<float, Arch> y, Fn f, const Rows&... x) {
         }
       },
       x.data()...);
+}
+
+// y[i] = f(x[i], ...) over a row, as transform(), except where y is an output row of the operator
+// (rowwise): then each batch of results is encoded straight into y's row of the output tensor, as
+// the hardware's write stream does, and y's local memory is neither written nor encoded when the
+// operator returns. That spares a store and a load of every fp32 result.
+// Write an output row one way in a call: through its memory, or with stream. A streamed row's
+// memory is not cleared for the next row (clearing it would cost what streaming saves), so what the
+// operator wrote there would stay; the first row of each core's share is checked, and throws
+// shape_error if its memory is not all +0. Streaming a row twice writes the tensor twice.
+// On a row<float, Arch> that is not an output row (an operator may take its outputs as such),
+// stream is transform.
+template <class Fn, class Arch, class... Rows>
+void stream(row<float, Arch> y, Fn f, const Rows&... x) {
+  transform(y, f, x...);
+}
+template <class Fn, class Arch, class Sink, class... Rows>
+void stream(const output_row<Arch, Sink>& y, Fn f, const Rows&... x) {
+  const std::size_t n = detail::common_size("tilekern::gpsimd::stream", y, x...);
+  y.sink().write(f, n, static_cast<const float*>(x.data())...);
 }
 
 // ---- the explicit style ----
