@@ -26,41 +26,36 @@ constexpr shape row_shapes[] = {
     {1, 0},  {0, 5},         {1, 1},         {3, 15},      {4, 16},
     {5, 17}, {7, 33, 40, 0}, {6, 31, 0, 35}, {9, 7, 8, 9}, {2, 257, 300, 260}};
 
+// y = f(x, ...) over a row: gpsimd::stream with Streamed, else gpsimd::transform.
+template <bool Streamed>
+const auto write_row = [](auto y, auto f, const auto&... x) {
+  if constexpr (Streamed) {
+    gpsimd::stream(y, f, x...);
+  } else {
+    gpsimd::transform(y, f, x...);
+  }
+};
+
 // x - max(x), x * g, sum(x) and max(x * g) on every element of the row: exact in fp32 for
 // inputs on the 2^-4 grid with |x| <= 8 and rows up to 65537 long (every partial sum of x is a
 // multiple of 2^-4 below 2^20; products are multiples of 2^-8 below 64).
+template <bool Streamed>
 const auto stats = [](auto x, auto g, auto y0, auto y1, auto y2, auto y3) {
   using batch = typename decltype(x)::batch;
   const float m = gpsimd::max(x);
   const float s = gpsimd::sum(x);
   const float mg = gpsimd::max([](auto a, auto b) { return a * b; }, x, g);
-  gpsimd::transform(
+  write_row<Streamed>(
       y0, [m](auto v) { return v - batch(m); }, x);
-  gpsimd::transform(
+  write_row<Streamed>(
       y1, [](auto v, auto w) { return v * w; }, x, g);
-  gpsimd::transform(
+  write_row<Streamed>(
       y2, [s](auto) { return batch(s); }, x);
-  gpsimd::transform(
+  write_row<Streamed>(
       y3, [mg](auto) { return batch(mg); }, x);
 };
 
-// The same, every output streamed into its tensor.
-const auto streamed_stats = [](auto x, auto g, auto y0, auto y1, auto y2, auto y3) {
-  using batch = typename decltype(x)::batch;
-  const float m = gpsimd::max(x);
-  const float s = gpsimd::sum(x);
-  const float mg = gpsimd::max([](auto a, auto b) { return a * b; }, x, g);
-  gpsimd::stream(
-      y0, [m](auto v) { return v - batch(m); }, x);
-  gpsimd::stream(
-      y1, [](auto v, auto w) { return v * w; }, x, g);
-  gpsimd::stream(
-      y2, [s](auto) { return batch(s); }, x);
-  gpsimd::stream(
-      y3, [mg](auto) { return batch(mg); }, x);
-};
-
-// With Streamed, the operator streams its outputs (streamed_stats).
+// With Streamed, the operator streams its outputs.
 template <bool Streamed, class X, class G, class Y0, class Y1, class Y2, class Y3>
 void check_stats(const shape& s, bool broadcast, const gpsimd::options& opt,
                  const std::string& what, std::uint64_t seed) {
@@ -74,11 +69,7 @@ void check_stats(const shape& s, bool broadcast, const gpsimd::options& opt,
   tensor<Y3> y3(s.rows, s.cols);
   const auto in = gpsimd::inputs(x.cv(), g.cv());
   const auto out = gpsimd::outputs(y0.v(), y1.v(), y2.v(), y3.v());
-  if constexpr (Streamed) {
-    gpsimd::rowwise(streamed_stats, in, out, opt);
-  } else {
-    gpsimd::rowwise(stats, in, out, opt);
-  }
+  gpsimd::rowwise(stats<Streamed>, in, out, opt);
   // The reference: plain double loops over each row.
   std::vector<double> row_max(s.rows, -HUGE_VAL), row_sum(s.rows, 0.0),
       row_max_g(s.rows, -HUGE_VAL);
@@ -305,20 +296,13 @@ const auto softmax = [](auto x, auto y) {
 };
 
 constexpr float rms_epsilon = 1e-5f;
+template <bool Streamed>
 const auto rmsnorm = [](auto x, auto g, auto y) {
   using batch = typename decltype(x)::batch;
   const float mean_square =
       gpsimd::sum([](auto v) { return v * v; }, x) / static_cast<float>(x.size());
   const float scale = 1.0f / std::sqrt(mean_square + rms_epsilon);
-  gpsimd::transform(
-      y, [scale](auto v, auto w) { return v * batch(scale) * w; }, x, g);
-};
-const auto streamed_rmsnorm = [](auto x, auto g, auto y) {
-  using batch = typename decltype(x)::batch;
-  const float mean_square =
-      gpsimd::sum([](auto v) { return v * v; }, x) / static_cast<float>(x.size());
-  const float scale = 1.0f / std::sqrt(mean_square + rms_epsilon);
-  gpsimd::stream(
+  write_row<Streamed>(
       y, [scale](auto v, auto w) { return v * batch(scale) * w; }, x, g);
 };
 
@@ -342,7 +326,7 @@ void check_softmax_and_rmsnorm(std::size_t rows, std::size_t cols) {
   for_each_isa([&](isa level) {
     tensor<Y> soft(rows, cols), rms(rows, cols, cols + 2);
     gpsimd::rowwise(softmax, gpsimd::inputs(x.cv()), gpsimd::outputs(soft.v()));
-    gpsimd::rowwise(rmsnorm, gpsimd::inputs(x.cv(), g.cv()), gpsimd::outputs(rms.v()));
+    gpsimd::rowwise(rmsnorm<false>, gpsimd::inputs(x.cv(), g.cv()), gpsimd::outputs(rms.v()));
     mismatches failures;
     for (std::size_t r = 0; r < rows; ++r) {
       double m = -HUGE_VAL, s = 0, squares = 0;
@@ -371,8 +355,7 @@ void check_softmax_and_rmsnorm(std::size_t rows, std::size_t cols) {
     // covers the encoding; each instantiation here costs compile time).
     if constexpr (std::is_same_v<Y, float> || std::is_same_v<Y, bf16>) {
       tensor<Y> streamed(rows, cols, cols + 3);
-      gpsimd::rowwise(streamed_rmsnorm, gpsimd::inputs(x.cv(), g.cv()),
-                      gpsimd::outputs(streamed.v()));
+      gpsimd::rowwise(rmsnorm<true>, gpsimd::inputs(x.cv(), g.cv()), gpsimd::outputs(streamed.v()));
       CHECK_MESSAGE(same_bits(rms, streamed), name(level), " rmsnorm streamed");
     }
     // Any cores and threads: the same bits on the same path.
