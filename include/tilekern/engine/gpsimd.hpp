@@ -1038,7 +1038,8 @@ void transform(row<float, Arch> y, Fn f, const Rows&... x) {
 // y[i] = f(x[i], ...) over a row, as transform(), except where y is an output row of the operator
 // (rowwise): then each batch of results is encoded straight into y's row of the output tensor, as
 // the hardware's write stream does, and y's local memory is neither written nor encoded when the
-// operator returns. That spares a store and a load of every fp32 result.
+// operator returns. That spares, per fp32 result, its store, its load by the encoding pass and
+// the zero that pass writes back.
 // Write an output row one way in a call: through its memory, or with stream. A streamed row's
 // memory is not cleared for the next row (clearing it would cost what streaming saves), so what the
 // operator wrote there would stay; the first row of each core's share is checked, and throws
