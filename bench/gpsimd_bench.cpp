@@ -571,10 +571,10 @@ void rmsnorm_benchmark(benchmark::State& state, std::size_t n, std::size_t threa
   workload w;
   w.bytes = (2 * rows + 1) * cols * sizeof(T);
   w.framework = [&] {
-    gpsimd::rowwise(
-        rmsnorm_op(),
-        gpsimd::inputs(view<const T>(x.data(), rows, cols), view<const T>(gamma.data(), 1, cols)),
-        gpsimd::outputs(view<T>(y.data(), rows, cols)), options);
+    gpsimd::rowwise(rmsnorm_op(),
+                    gpsimd::inputs(gpsimd::streamed(view<const T>(x.data(), rows, cols)),
+                                   view<const T>(gamma.data(), 1, cols)),
+                    gpsimd::outputs(view<T>(y.data(), rows, cols)), options);
   };
   if constexpr (has_hand_loop<T>) {
 #if defined(TILEKERN_BENCH_HAND)

@@ -48,12 +48,12 @@ inline float rms_scale(float squares, std::size_t n) {
   return 1.0f / std::sqrt(squares / static_cast<float>(n) + 1e-6f);
 }
 
-// y = x / sqrt(mean(x^2) + 1e-6) * gamma, per row; y streamed into its tensor (the output row
-// as its own type, an output_row, which stream() needs to bypass local memory)
+// y = x / sqrt(mean(x^2) + 1e-6) * gamma, per row; x read as given (a row, or an input_stream
+// when the caller streams it), y streamed into its tensor (the output row as its own type, an
+// output_row, which stream() needs to bypass local memory)
 struct rmsnorm_op {
-  template <class Arch, class Y>
-  void operator()(gpsimd::row<const float, Arch> x, gpsimd::row<const float, Arch> gamma,
-                  Y y) const {
+  template <class X, class Arch, class Y>
+  void operator()(X x, gpsimd::row<const float, Arch> gamma, Y y) const {
     const float scale = rms_scale(gpsimd::sum([](auto v) { return v * v; }, x), x.size());
     gpsimd::stream(
         y, [scale](auto v, auto g) { return v * scale * g; }, x, gamma);

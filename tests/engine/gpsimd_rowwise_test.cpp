@@ -2,7 +2,8 @@
 // against fp64 loops for every format in and out, with outputs written to local memory and
 // streamed, a broadcast gamma row, strided and odd shapes, every ISA path and core count; softmax
 // and rmsnorm within stated bounds, streamed or not with the same bits; the helpers' edge cases
-// (empty rows, NaN, tails, mismatched lengths, a row both written and streamed).
+// (empty rows, NaN, tails, mismatched lengths, a row both written and streamed). Streamed inputs:
+// gpsimd_streamed_test.cpp.
 
 #include <doctest/doctest.h>
 
@@ -12,141 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/gpsimd_support.hpp"
+#include "engine/gpsimd_rows.hpp"
 
 namespace tilekern::test {
 namespace {
-
-struct shape {
-  std::size_t rows, cols;
-  std::size_t x_stride = 0, y_stride = 0;  // 0: contiguous
-};
-
-constexpr shape row_shapes[] = {
-    {1, 0},  {0, 5},         {1, 1},         {3, 15},      {4, 16},
-    {5, 17}, {7, 33, 40, 0}, {6, 31, 0, 35}, {9, 7, 8, 9}, {2, 257, 300, 260}};
-
-// y = f(x, ...) over a row: gpsimd::stream with Streamed, else gpsimd::transform.
-template <bool Streamed>
-const auto write_row = [](auto y, auto f, const auto&... x) {
-  if constexpr (Streamed) {
-    gpsimd::stream(y, f, x...);
-  } else {
-    gpsimd::transform(y, f, x...);
-  }
-};
-
-// x - max(x), x * g, sum(x) and max(x * g) on every element of the row: exact in fp32 for
-// inputs on the 2^-4 grid with |x| <= 8 and rows up to 65537 long (every partial sum of x is a
-// multiple of 2^-4 below 2^20; products are multiples of 2^-8 below 64).
-template <bool Streamed>
-const auto stats = [](auto x, auto g, auto y0, auto y1, auto y2, auto y3) {
-  using batch = typename decltype(x)::batch;
-  const float m = gpsimd::max(x);
-  const float s = gpsimd::sum(x);
-  const float mg = gpsimd::max([](auto a, auto b) { return a * b; }, x, g);
-  write_row<Streamed>(
-      y0, [m](auto v) { return v - batch(m); }, x);
-  write_row<Streamed>(
-      y1, [](auto v, auto w) { return v * w; }, x, g);
-  write_row<Streamed>(
-      y2, [s](auto) { return batch(s); }, x);
-  write_row<Streamed>(
-      y3, [mg](auto) { return batch(mg); }, x);
-};
-
-// With Streamed, the operator streams its outputs.
-template <bool Streamed, class X, class G, class Y0, class Y1, class Y2, class Y3>
-void check_stats(const shape& s, bool broadcast, const gpsimd::options& opt,
-                 const std::string& what, std::uint64_t seed) {
-  tensor<X> x(s.rows, s.cols, s.x_stride);
-  fill_grid(x, seed, 128, 4);
-  tensor<G> g(broadcast ? 1 : s.rows, s.cols);
-  fill_grid(g, seed + 1, 128, 4);
-  tensor<Y0> y0(s.rows, s.cols, s.y_stride);
-  tensor<Y1> y1(s.rows, s.cols);
-  tensor<Y2> y2(s.rows, s.cols, s.y_stride);
-  tensor<Y3> y3(s.rows, s.cols);
-  const auto in = gpsimd::inputs(x.cv(), g.cv());
-  const auto out = gpsimd::outputs(y0.v(), y1.v(), y2.v(), y3.v());
-  gpsimd::rowwise(stats<Streamed>, in, out, opt);
-  // The reference: plain double loops over each row.
-  std::vector<double> row_max(s.rows, -HUGE_VAL), row_sum(s.rows, 0.0),
-      row_max_g(s.rows, -HUGE_VAL);
-  const auto g_at = [&](std::size_t r, std::size_t c) { return value_of(g(broadcast ? 0 : r, c)); };
-  for (std::size_t r = 0; r < s.rows; ++r) {
-    for (std::size_t c = 0; c < s.cols; ++c) {
-      const double v = value_of(x(r, c));
-      row_max[r] = std::max(row_max[r], v);
-      row_sum[r] += v;
-      row_max_g[r] = std::max(row_max_g[r], v * g_at(r, c));
-    }
-  }
-  const auto index = [&](std::size_t r, std::size_t c) { return r * s.cols + c; };
-  check_elements(
-      y0,
-      [&](std::size_t r, std::size_t c) {
-        return expected_output<Y0>(value_of(x(r, c)) - row_max[r], cast_of_output(opt.cast, 0),
-                                   index(r, c));
-      },
-      what + " x - max(x)");
-  check_elements(
-      y1,
-      [&](std::size_t r, std::size_t c) {
-        return expected_output<Y1>(value_of(x(r, c)) * g_at(r, c), cast_of_output(opt.cast, 1),
-                                   index(r, c));
-      },
-      what + " x * g");
-  check_elements(
-      y2,
-      [&](std::size_t r, std::size_t c) {
-        return expected_output<Y2>(row_sum[r], cast_of_output(opt.cast, 2), index(r, c));
-      },
-      what + " sum(x)");
-  check_elements(
-      y3,
-      [&](std::size_t r, std::size_t c) {
-        return expected_output<Y3>(row_max_g[r], cast_of_output(opt.cast, 3), index(r, c));
-      },
-      what + " max(x * g)");
-}
-
-// Every shape (the gamma broadcast on every other one), on every path, under `casts`, with the
-// core configurations `configs` and one threaded run; with Streamed, the outputs both written to
-// local memory and streamed (one set of formats per output format is enough for the streamed
-// variant, which costs compile time).
-template <class X, class G, class Y0, class Y1, class Y2, class Y3, bool Streamed = false>
-void check_stats_everywhere(std::uint64_t seed, std::span<const cast_options> casts = quick_casts,
-                            std::span<const core_config> configs = quick_core_configs) {
-  const std::string types = type_name<X>() + ", " + type_name<G>() + " -> " + type_name<Y0>() +
-                            ", " + type_name<Y1>() + ", " + type_name<Y2>() + ", " +
-                            type_name<Y3>();
-  for_each_isa([&](isa level) {
-    for (const cast_options& cast : casts) {
-      for (core_config config : configs) {
-        const gpsimd::options opt = with_cores({.cast = cast}, config);
-        bool broadcast = seed % 2 == 0;
-        for (const shape& s : row_shapes) {
-          broadcast = !broadcast;
-          const std::string what = types + (broadcast ? " (broadcast g) " : " ") +
-                                   describe(level, config, cast) + " " + std::to_string(s.rows) +
-                                   "x" + std::to_string(s.cols);
-          check_stats<false, X, G, Y0, Y1, Y2, Y3>(s, broadcast, opt, what, seed++);
-          if constexpr (Streamed) {
-            check_stats<true, X, G, Y0, Y1, Y2, Y3>(s, broadcast, opt, what + " streamed", seed++);
-          }
-        }
-      }
-      const gpsimd::options threaded = with_cores({.cast = cast}, threaded_config);
-      const std::string what = types + " " + describe(level, threaded_config, cast);
-      check_stats<false, X, G, Y0, Y1, Y2, Y3>({9, 7, 8, 9}, true, threaded, what, seed++);
-      if constexpr (Streamed) {
-        check_stats<true, X, G, Y0, Y1, Y2, Y3>({9, 7, 8, 9}, true, threaded, what + " streamed",
-                                                seed++);
-      }
-    }
-  });
-}
 
 TEST_CASE("gpsimd: rowwise max, sum and transform with a broadcast gamma, each test format") {
   for_each_test_format([]<class F>() {
@@ -157,9 +27,12 @@ TEST_CASE("gpsimd: rowwise max, sum and transform with a broadcast gamma, each t
 
 TEST_CASE("gpsimd: rowwise max, sum and transform or stream, mixed formats, every cast") {
   // Streamed too: every output format, float included.
-  check_stats_everywhere<float, float, float, float, float, float, true>(300, quick_casts.first(1));
-  check_stats_everywhere<bf16, fp8_e4m3, fp8_e5m2, fp16, tf32, fp8_e3m4, true>(400, all_casts);
-  check_stats_everywhere<fp8_e4m3fn, fp16, bf16, fp8_e4m3, fp8_e4m3fn, bf16, true>(500, all_casts);
+  check_stats_everywhere<float, float, float, float, float, float, and_streamed_out>(
+      300, quick_casts.first(1));
+  check_stats_everywhere<bf16, fp8_e4m3, fp8_e5m2, fp16, tf32, fp8_e3m4, and_streamed_out>(
+      400, all_casts);
+  check_stats_everywhere<fp8_e4m3fn, fp16, bf16, fp8_e4m3, fp8_e4m3fn, bf16, and_streamed_out>(
+      500, all_casts);
 }
 
 TEST_SUITE("long") {
@@ -178,9 +51,9 @@ TEST_CASE("gpsimd: rowwise over rows of 65537 elements") {
     gpsimd::options opt = with_cores({.cast = cast}, config);
     opt.local_bytes = std::size_t{2} << 20;
     const std::string what = "65537 " + describe(active_isa(), config, cast);
-    check_stats<false, bf16, float, fp8_e4m3, bf16, float, fp16>({3, 65537}, true, opt, what, 600);
-    check_stats<true, bf16, float, fp8_e4m3, bf16, float, fp16>({3, 65537}, true, opt,
-                                                                what + " streamed", 601);
+    check_stats<staged, bf16, float, fp8_e4m3, bf16, float, fp16>({3, 65537}, true, opt, what, 600);
+    check_stats<stream_out, bf16, float, fp8_e4m3, bf16, float, fp16>({3, 65537}, true, opt,
+                                                                      what + " streamed", 601);
   }
 }
 
@@ -189,10 +62,10 @@ TEST_CASE("gpsimd: rowwise gives the same bits for any number of cores and threa
     for (core_config config : core_configs) {
       const gpsimd::options opt = with_cores({.cast = cast}, config);
       const std::string what = "cores " + describe(active_isa(), config, cast);
-      check_stats<false, fp16, bf16, bf16, fp8_e5m2, float, fp8_e3m4>({29, 45, 47, 46}, true, opt,
-                                                                      what, 700);
-      check_stats<true, fp16, bf16, bf16, fp8_e5m2, float, fp8_e3m4>({29, 45, 47, 46}, true, opt,
-                                                                     what + " streamed", 700);
+      check_stats<staged, fp16, bf16, bf16, fp8_e5m2, float, fp8_e3m4>({29, 45, 47, 46}, true, opt,
+                                                                       what, 700);
+      check_stats<stream_out, fp16, bf16, bf16, fp8_e5m2, float, fp8_e3m4>(
+          {29, 45, 47, 46}, true, opt, what + " streamed", 700);
     }
   }
 }
@@ -351,12 +224,19 @@ void check_softmax_and_rmsnorm(std::size_t rows, std::size_t cols) {
     }
     CHECK_MESSAGE(failures.count() == 0, type_name<X>(), " -> ", type_name<Y>(), "\n",
                   failures.text());
-    // Streamed: the same bits (for outputs that are not float or bf16 the streamed stats test
-    // covers the encoding; each instantiation here costs compile time).
+    // Streamed, the output or also x: the same bits (for outputs that are not float or bf16 the
+    // streamed stats tests cover the encoding; each instantiation here costs compile time).
     if constexpr (std::is_same_v<Y, float> || std::is_same_v<Y, bf16>) {
       tensor<Y> streamed(rows, cols, cols + 3);
       gpsimd::rowwise(rmsnorm<true>, gpsimd::inputs(x.cv(), g.cv()), gpsimd::outputs(streamed.v()));
       CHECK_MESSAGE(same_bits(rms, streamed), name(level), " rmsnorm streamed");
+      tensor<Y> streamed_x(rows, cols);
+      gpsimd::rowwise(rmsnorm<true>, gpsimd::inputs(gpsimd::streamed(x.cv()), g.cv()),
+                      gpsimd::outputs(streamed_x.v()));
+      CHECK_MESSAGE(same_bits(rms, streamed_x), name(level), " rmsnorm, x and y streamed");
+      gpsimd::rowwise(softmax, gpsimd::inputs(gpsimd::streamed(x.cv())),
+                      gpsimd::outputs(streamed_x.v()));
+      CHECK_MESSAGE(same_bits(soft, streamed_x), name(level), " softmax, x streamed");
     }
     // Any cores and threads: the same bits on the same path.
     for (core_config config : invariance_configs) {

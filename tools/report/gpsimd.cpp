@@ -125,10 +125,10 @@ void add_rows(const settings& options, table& result) {
     add("tanh_derivative: tanh", n, tanh_seconds, tanh_ref, out);
     add("tanh_derivative: 1 - tanh^2", n, tanh_seconds, dtanh_ref, out1);
     const double rmsnorm_seconds = median_seconds(options.runs(), [&] {
-      gpsimd::rowwise(
-          rmsnorm_op(),
-          gpsimd::inputs(view<const T>(x.data(), rows, cols), view<const T>(gamma.data(), 1, cols)),
-          gpsimd::outputs(view<T>(y.data(), rows, cols)), opt);
+      gpsimd::rowwise(rmsnorm_op(),
+                      gpsimd::inputs(gpsimd::streamed(view<const T>(x.data(), rows, cols)),
+                                     view<const T>(gamma.data(), 1, cols)),
+                      gpsimd::outputs(view<T>(y.data(), rows, cols)), opt);
       keep(y.data());
     });
     add("rmsnorm", matrix, rmsnorm_seconds, rmsnorm_ref, out_matrix);

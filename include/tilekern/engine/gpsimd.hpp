@@ -10,7 +10,9 @@
 //   rowwise(op, inputs(...), outputs(...), options)
 //       op(row x, ..., row y, ...) gets each row decoded into fp32 local memory; sum(), max()
 //       and transform() below do the batch loops over a row, tails included, and stream() writes
-//       an output row straight into its tensor (the hardware's write stream).
+//       an output row straight into its tensor (the hardware's write stream). An input given as
+//       streamed(x) is not staged: those functions read its rows from the tensor (the read
+//       stream).
 //   tilewise<Rows, Cols>(op, inputs(...), outputs(...), options)
 //       op(const tile<float, Rows, Cols>& x, ..., tile<float, Rows, Cols>& y, ...) per tile.
 //   launch(options, body)
@@ -38,7 +40,9 @@
 // options.local_bytes per core, and throw shape_error if those do not fit. A row-wise operator
 // can skip the staging of an output row with stream(): the results are encoded as they are
 // computed, instead of stored in local memory and read back (on the AMD EPYC of
-// CONTRIBUTING.md, rmsnorm over 1365 x 768 bf16 took about 15% less time).
+// CONTRIBUTING.md, rmsnorm over 1365 x 768 bf16 took about 15% less time); and of an input it
+// only reads through those functions, by giving it as streamed(x) (rmsnorm over 1 Mi bf16 then
+// ran at 0.91-0.97 of a hand-written loop, from 0.82-0.88).
 //
 // An operator must treat lanes independently (elementwise) and be safe to call from several
 // threads at once: when every tensor of an elementwise call is bf16, a batch holds every other
@@ -120,7 +124,14 @@ constexpr range share(std::size_t n, std::size_t id, std::size_t count, std::siz
   return {bound(id), bound(id + 1)};
 }
 
-// Tensor arguments: inputs(a, b) and outputs(y) bundle views (or ranges, as one-row views).
+// An input of rowwise() that is read straight from its tensor, never staged: streamed(x).
+template <class T>
+struct streamed_input {
+  view<const T> tensor;
+};
+
+// Tensor arguments: inputs(a, b) and outputs(y) bundle views (or ranges, as one-row views, or
+// streamed() inputs of rowwise).
 template <class... Views>
 struct input_list {
   std::tuple<Views...> views;
@@ -147,20 +158,52 @@ auto as_view(T&& tensor) {
 }
 
 template <class T>
+struct is_streamed_input : std::false_type {};
+template <class T>
+struct is_streamed_input<streamed_input<T>> : std::true_type {};
+
+template <class... Inputs>
+concept any_streamed = (is_streamed_input<Inputs>::value || ...);
+
+template <class T>
 constexpr bool is_element =
     std::is_same_v<std::remove_const_t<T>, float> || minifloat_format<std::remove_const_t<T>>;
+
+// An argument of inputs() as it is kept: a view of const, or a streamed_input.
+template <class Tensor>
+auto as_input(Tensor&& tensor) {
+  if constexpr (is_streamed_input<std::remove_cvref_t<Tensor>>::value) {
+    return tensor;
+  } else {
+    using element = typename decltype(as_view(std::declval<Tensor>()))::element_type;
+    static_assert(is_element<element>,
+                  "tilekern::gpsimd::inputs: tensors hold float or a tilekern format");
+    return view<const std::remove_const_t<element>>(as_view(std::forward<Tensor>(tensor)));
+  }
+}
 
 }  // namespace detail
 
 template <class... Tensors>
 auto inputs(Tensors&&... tensors) {
-  using list = input_list<view<const std::remove_const_t<typename decltype(detail::as_view(
-      std::declval<Tensors>()))::element_type>>...>;
-  static_assert((detail::is_element<typename decltype(detail::as_view(
-                     std::declval<Tensors>()))::element_type> &&
-                 ...),
-                "tilekern::gpsimd::inputs: tensors hold float or a tilekern format");
-  return list{{detail::as_view(std::forward<Tensors>(tensors))...}};
+  return input_list<decltype(detail::as_input(std::declval<Tensors>()))...>{
+      {detail::as_input(std::forward<Tensors>(tensors))...}};
+}
+
+// Marks an input of rowwise() as streamed: the operator gets its rows as gpsimd::input_stream,
+// read by sum(), max(), transform() and stream() straight from the tensor, a batch at a time, as
+// the hardware's read stream does, instead of decoded into local memory first. Such a row has no
+// memory and no elements to index; it saves, per element, the store and the load of its decoded
+// fp32 value, and its local memory. Only rowwise() takes streamed inputs. Its rows are read when
+// those functions run: an output in the same memory (in place) must be written after the row's
+// last read (staged inputs are read before the operator is called).
+template <class Tensor>
+auto streamed(Tensor&& tensor) {
+  using element = typename decltype(detail::as_view(std::declval<Tensor>()))::element_type;
+  static_assert(detail::is_element<element>,
+                "tilekern::gpsimd::streamed: tensors hold float or a tilekern format");
+  using T = std::remove_const_t<element>;
+  return streamed_input<T>{view<const T>(detail::as_view(std::forward<Tensor>(tensor)))};
 }
 
 template <class... Tensors>
@@ -205,6 +248,26 @@ class output_row : public row<float, Arch> {
 
  private:
   Sink* sink_;
+};
+
+// An input row of a row-wise operator whose input was given as streamed(x): row r of the tensor
+// itself, of format T, which sum(), max(), transform() and stream() read and decode a batch at a
+// time. It has a size, but no memory and no elements to index. Path, an implementation type, is
+// the ISA path whose batches (of architecture arch) it decodes into.
+template <class T, class Path>
+class input_stream {
+ public:
+  using arch = typename Path::arch;
+  using batch = xsimd::batch<float, arch>;
+
+  input_stream(const T* source, std::size_t size) : source_(source), size_(size) {}
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const T* source() const { return source_; }  // the tensor's row
+
+ private:
+  const T* source_;
+  std::size_t size_;
 };
 
 namespace detail {
@@ -679,18 +742,44 @@ struct row_sink {
   }
 };
 
-template <class Op, std::size_t Inputs, class... Out>
-struct rowwise_accepts {
+// An input of rowwise as inputs() keeps it (a view of const, or a streamed_input): its tensor,
+// and the row the operator gets on Path.
+template <class T>
+const view<const T>& tensor_of(const view<const T>& tensor) {
+  return tensor;
+}
+template <class T>
+const view<const T>& tensor_of(const streamed_input<T>& input) {
+  return input.tensor;
+}
+template <class Path, class Input>
+struct input_row_of {
+  using type = row<const float, typename Path::arch>;
+};
+template <class Path, class T>
+struct input_row_of<Path, streamed_input<T>> {
+  using type = input_stream<T, Path>;
+};
+
+// The number of inputs before input k that are staged in local memory (not streamed).
+template <class... Inputs>
+constexpr std::size_t staged_before(std::size_t k) {
+  constexpr bool streamed[] = {is_streamed_input<Inputs>::value..., false};
+  std::size_t staged = 0;
+  for (std::size_t j = 0; j < k; ++j) staged += streamed[j] ? 0 : 1;
+  return staged;
+}
+
+template <class Op, class Inputs, class... Out>
+struct rowwise_accepts;
+template <class Op, class... Inputs, class... Out>
+struct rowwise_accepts<Op, std::tuple<Inputs...>, Out...> {
   template <class Path>
   struct test {
-    template <std::size_t... I>
-    static constexpr bool check(std::index_sequence<I...>) {
-      using arch = typename Path::arch;
-      // Output rows of one mode: whether the operator takes them does not depend on it.
-      return std::is_invocable_v<Op&, decltype((void(I), row<const float, arch>(nullptr, 0)))...,
-                                 output_row<arch, row_sink<Path, Out, rounding::nearest_even>>...>;
-    }
-    static constexpr bool value = check(std::make_index_sequence<Inputs>());
+    // Output rows of one mode: whether the operator takes them does not depend on it.
+    static constexpr bool value = std::is_invocable_v<
+        Op&, typename input_row_of<Path, Inputs>::type...,
+        output_row<typename Path::arch, row_sink<Path, Out, rounding::nearest_even>>...>;
   };
 };
 
@@ -721,14 +810,13 @@ struct tilewise_accepts {
 };
 
 // Rows of the tensors staged through local memory (`stride` floats apart), one core's share at a
-// time: inputs decoded (one-row inputs once), the operator called, outputs encoded unless the
-// operator streamed them. Output rows are zeroed once, and then by the pass that encodes them (it
-// writes zeros back as it reads), which costs less than clearing them before every row; a streamed
-// row is left as it is (checked on the first row of each share).
-template <class Path, rounding Mode, class Op, class... In, class... Out>
-void rowwise_on(Op& op, const std::tuple<view<const In>...>& in,
-                const std::tuple<view<Out>...>& out, std::size_t rows, std::size_t cols,
-                std::size_t stride, const options& opt) {
+// time: inputs decoded (one-row inputs once) unless they are streamed, the operator called,
+// outputs encoded unless the operator streamed them. Output rows are zeroed once, and then by the
+// pass that encodes them (it writes zeros back as it reads), which costs less than clearing them
+// before every row; a streamed row is left as it is (checked on the first row of each share).
+template <class Path, rounding Mode, class Op, class... Inputs, class... Out>
+void rowwise_on(Op& op, const std::tuple<Inputs...>& in, const std::tuple<view<Out>...>& out,
+                std::size_t rows, std::size_t cols, std::size_t stride, const options& opt) {
   using arch = typename Path::arch;
   using batch = typename Path::batch;
   const auto identity = [](auto x) TILEKERN_GPSIMD_INLINE { return x; };
@@ -746,17 +834,31 @@ void rowwise_on(Op& op, const std::tuple<view<const In>...>& in,
     const local_memory local(opt.local_bytes);
     float* const base = reinterpret_cast<float*>(local.data());
     const auto array = [&](std::size_t k) { return base + k * stride; };
+    constexpr std::size_t staged = staged_before<Inputs...>(sizeof...(Inputs));
     const auto stage_in = [&](auto k, std::size_t r) {
-      elementwise_segment<Path>(identity, std::tuple(row_pointer(std::get<k>(in), r)),
-                                std::tuple(array(k)), std::tuple(to_local), cols, 0);
+      if constexpr (!is_streamed_input<std::tuple_element_t<k, std::tuple<Inputs...>>>::value) {
+        elementwise_segment<Path>(identity, std::tuple(row_pointer(std::get<k>(in), r)),
+                                  std::tuple(array(staged_before<Inputs...>(k))),
+                                  std::tuple(to_local), cols, 0);
+      }
     };
-    for_indices(std::index_sequence_for<In...>(), [&](auto k) {
-      if (std::get<k>(in).rows() == 1) stage_in(k, 0);  // broadcast: once
+    // The operator's row of input k: its row in local memory, or its tensor's row if streamed.
+    const auto input_row = [&](auto k, std::size_t r) {
+      using input = std::tuple_element_t<k, std::tuple<Inputs...>>;
+      using type = typename input_row_of<Path, input>::type;
+      if constexpr (is_streamed_input<input>::value) {
+        return type(row_pointer(tensor_of(std::get<k>(in)), r), cols);
+      } else {
+        return type(array(staged_before<Inputs...>(k)), cols);
+      }
+    };
+    for_indices(std::index_sequence_for<Inputs...>(), [&](auto k) {
+      if (tensor_of(std::get<k>(in)).rows() == 1) stage_in(k, 0);  // broadcast: once
     });
-    std::fill(array(sizeof...(In)), array(sizeof...(In) + sizeof...(Out)), 0.0f);
+    std::fill(array(staged), array(staged + sizeof...(Out)), 0.0f);
     for (std::size_t r = mine.begin; r < mine.end; ++r) {
-      for_indices(std::index_sequence_for<In...>(), [&](auto k) {
-        if (std::get<k>(in).rows() != 1) stage_in(k, r);
+      for_indices(std::index_sequence_for<Inputs...>(), [&](auto k) {
+        if (tensor_of(std::get<k>(in)).rows() != 1) stage_in(k, r);
       });
       auto sinks = [&]<std::size_t... O>(std::index_sequence<O...>) {
         return std::tuple<row_sink<Path, Out, Mode>...>(
@@ -765,13 +867,13 @@ void rowwise_on(Op& op, const std::tuple<view<const In>...>& in,
       (std::index_sequence_for<Out...>());
       [&]<std::size_t... I, std::size_t... O>(std::index_sequence<I...>,
                                               std::index_sequence<O...>) {
-        op(row<const float, arch>(array(I), cols)...,
-           output_row<arch, row_sink<Path, Out, Mode>>(array(sizeof...(In) + O), cols,
+        op(input_row(std::integral_constant<std::size_t, I>(), r)...,
+           output_row<arch, row_sink<Path, Out, Mode>>(array(staged + O), cols,
                                                        std::get<O>(sinks))...);
       }
-      (std::index_sequence_for<In...>(), std::index_sequence_for<Out...>());
+      (std::index_sequence_for<Inputs...>(), std::index_sequence_for<Out...>());
       for_indices(std::index_sequence_for<Out...>(), [&](auto k) {
-        float* const local_row = array(sizeof...(In) + k);
+        float* const local_row = array(staged + k);
         if (!std::get<k>(sinks).streamed) {
           elementwise_segment<Path>(and_zero, std::tuple<const float*>(local_row),
                                     std::tuple(row_pointer(std::get<k>(out), r), local_row),
@@ -812,17 +914,39 @@ void elementwise(Op op, const input_list<view<const In>...>& in,
   });
 }
 
+// Inputs given as streamed() are read by rowwise alone: elementwise reads every input straight
+// from its tensor already, and tilewise stages whole tiles.
+template <class Op, class... Inputs, class... Outputs>
+void elementwise(Op, const input_list<Inputs...>&, const output_list<Outputs...>&,
+                 const options& = {}) requires detail::any_streamed<Inputs...> {
+  static_assert(sizeof(Op) == 0,
+                "tilekern::gpsimd::elementwise: an input is streamed, which only rowwise takes; "
+                "give the tensor itself (elementwise reads every input from its tensor)");
+}
+template <std::size_t Rows, std::size_t Cols, class Op, class... Inputs, class... Outputs>
+void tilewise(Op, const input_list<Inputs...>&, const output_list<Outputs...>&,
+              const options& = {}) requires detail::any_streamed<Inputs...> {
+  static_assert(sizeof(Op) == 0,
+                "tilekern::gpsimd::tilewise: an input is streamed, which only rowwise takes; "
+                "give the tensor itself");
+}
+
 // Calls op(x, ..., y, ...) once per row, with rows of every input decoded into fp32 local memory
-// and rows of every output (gpsimd::output_row, zero-filled) to write, encoded afterwards, or to
+// (gpsimd::row), or read from the tensor if the input is streamed() (gpsimd::input_stream), and
+// rows of every output (gpsimd::output_row, zero-filled) to write, encoded afterwards, or to
 // stream().
-template <class Op, class... In, class... Out>
-void rowwise(Op op, const input_list<view<const In>...>& in, const output_list<view<Out>...>& out,
+template <class Op, class... Inputs, class... Out>
+void rowwise(Op op, const input_list<Inputs...>& in, const output_list<view<Out>...>& out,
              const options& opt = {}) {
   static_assert(sizeof...(Out) >= 1, "tilekern::gpsimd::rowwise: give at least one output");
   constexpr const char* function = "tilekern::gpsimd::rowwise";
-  constexpr std::size_t arrays = sizeof...(In) + sizeof...(Out);
+  constexpr std::size_t arrays =
+      detail::staged_before<Inputs...>(sizeof...(Inputs)) + sizeof...(Out);
   detail::check_options(function, opt);
-  const auto shape = detail::check_shapes(function, in.views, out.views);
+  const auto shape = detail::check_shapes(
+      function,
+      std::apply([](const auto&... v) { return std::tuple(detail::tensor_of(v)...); }, in.views),
+      out.views);
   const std::size_t rows = shape.first,
                     cols = shape.second;  // not a structured binding: clang 14 cannot capture one
   const std::size_t stride = (cols + 15) / 16 * 16;  // floats from one local row to the next
@@ -830,12 +954,13 @@ void rowwise(Op op, const input_list<view<const In>...>& in, const output_list<v
       function, arrays * stride * sizeof(float), opt,
       "a row of " + std::to_string(cols) + " elements in " + std::to_string(arrays) + " arrays");
   if (rows * cols == 0) return;
-  using accepts = detail::rowwise_accepts<Op, sizeof...(In), Out...>;
+  using accepts = detail::rowwise_accepts<Op, std::tuple<Inputs...>, Out...>;
   static_assert(detail::accepted_by_some_path<accepts::template test>(),
                 "tilekern::gpsimd::rowwise: the operator must be callable with one "
-                "gpsimd::row<const float, A> per input, then one gpsimd::row<float, A> per output "
-                "(an output_row, which converts to it; check the number of parameters; `auto` "
-                "parameters take every batch width)");
+                "gpsimd::row<const float, A> per input (a gpsimd::input_stream if it is "
+                "streamed), then one gpsimd::row<float, A> per output (an output_row, which "
+                "converts to it; check the number of parameters; `auto` parameters take every "
+                "batch width)");
   detail::with_path<accepts::template test>([&](auto path) {
     tilekern::detail::visit_rounding(opt.cast.round, [&](auto mode) {
       detail::rowwise_on<decltype(path), decltype(mode)::value>(op, in.views, out.views, rows, cols,
@@ -903,32 +1028,81 @@ void tilewise(Op op, const input_list<view<const In>...>& in, const output_list<
 
 namespace detail {
 
+template <class T>
+struct is_input_stream : std::false_type {};
+template <class T, class Path>
+struct is_input_stream<input_stream<T, Path>> : std::true_type {};
+
+// A row that sum(), max(), transform() and stream() read: a row<float, A> or row<const float, A>
+// (an output_row is one), or an input_stream.
+template <class X>
+concept local_row = std::is_convertible_v<const X&, row<const float, typename X::arch>>;
+template <class X>
+concept readable_row = local_row<X> || is_input_stream<X>::value;
+
+// How those read a row, a batch at a time from element i: a row's fp32 local memory, or a
+// streamed row's tensor row, decoded as the elementwise operators decode it. `padded` reads the
+// count < lanes elements left, zero-filled.
+template <class Arch>
+struct local_reader {
+  using batch = xsimd::batch<float, Arch>;
+  const float* from;
+  TILEKERN_GPSIMD_INLINE batch at(std::size_t i) const { return batch::load_unaligned(from + i); }
+  batch padded(std::size_t i, std::size_t count) const {
+    alignas(64) float values[batch::size] = {};
+    std::copy_n(from + i, count, values);
+    return batch::load_aligned(values);
+  }
+};
+template <class T, class Path>
+struct stream_reader {
+  using batch = typename Path::batch;
+  const T* from;
+  TILEKERN_GPSIMD_INLINE batch at(std::size_t i) const { return load_batch<Path>(from + i); }
+  batch padded(std::size_t i, std::size_t count) const {
+    std::array<T, Path::lanes> values{};
+    std::copy_n(from + i, count, values.data());
+    return load_batch<Path>(values.data());
+  }
+};
+template <class T, class Arch>
+local_reader<Arch> reader_of(const row<T, Arch>& x) {
+  return {x.data()};
+}
+template <class T, class Path>
+stream_reader<T, Path> reader_of(const input_stream<T, Path>& x) {
+  return {x.source()};
+}
+
 // Calls body(k, offset, valid, batch...) for each batch of the rows (n elements each), the last one
 // zero-padded, with `valid` its number of real lanes and k (a std::integral_constant) its index
 // modulo Group: a loop over Group batches at a time, so that a body which keeps Group running
-// values, one per k, has Group independent chains of operations. Inlined, so that the body's
-// captures are the caller's locals (else each store to a row reloads the row's pointer).
-template <class Arch, std::size_t Group, class Body, class... T>
-TILEKERN_GPSIMD_INLINE inline void for_each_batch(std::size_t n, Body&& body, const T*... rows) {
-  using batch = xsimd::batch<float, Arch>;
-  constexpr std::size_t lanes = batch::size;
+// values, one per k, has Group independent chains of operations. Inlined, and the rows read through
+// readers held by value, so that the body's captures and the rows' pointers are locals (else each
+// store to a row reloads the pointers).
+template <class Arch, std::size_t Group, class Body, class... Rows>
+TILEKERN_GPSIMD_INLINE inline void for_each_batch(std::size_t n, Body&& body, const Rows&... rows) {
+  constexpr std::size_t lanes = xsimd::batch<float, Arch>::size;
+  const std::tuple readers(reader_of(rows)...);
+  const auto call = [&](auto k, std::size_t i, std::size_t valid,
+                        auto load) TILEKERN_GPSIMD_INLINE {
+    std::apply([&](const auto&... reader)
+                   TILEKERN_GPSIMD_INLINE { body(k, i, valid, load(reader)...); },
+               readers);
+  };
   std::size_t i = 0;
   for (; i + Group * lanes <= n; i += Group * lanes) {
     for_indices(std::make_index_sequence<Group>(), [&](auto k) {
-      body(k, i + k * lanes, lanes, batch::load_unaligned(rows + i + k * lanes)...);
+      const std::size_t at = i + k * lanes;
+      call(k, at, lanes, [at](const auto& reader) TILEKERN_GPSIMD_INLINE { return reader.at(at); });
     });
   }
-  const auto padded = [&](const float* row) {
-    alignas(64) float values[lanes] = {};
-    std::copy_n(row + i, n - i, values);
-    return batch::load_aligned(values);
-  };
   for_indices(std::make_index_sequence<Group>(), [&](auto k) {  // under Group batches are left
     if (i + lanes <= n) {
-      body(k, i, lanes, batch::load_unaligned(rows + i)...);
+      call(k, i, lanes, [i](const auto& reader) TILEKERN_GPSIMD_INLINE { return reader.at(i); });
       i += lanes;
     } else if (i < n) {
-      body(k, i, n - i, padded(rows)...);
+      call(k, i, n - i, [i, n](const auto& reader) { return reader.padded(i, n - i); });
       i = n;
     }
   });
@@ -960,58 +1134,56 @@ std::size_t common_size(const char* function, const Rows&... rows) {
 // in xsimd::hadd's order. Four running sums, so that an addition does not wait for the one before
 // (one sum made a row of 768 elements a chain of 48 dependent additions). The same row gives the
 // same bits on the same ISA path. Rows must have the same length.
-template <class Fn, class T, class Arch, class... More>
-requires std::is_same_v < std::remove_const_t<T>,
-float > float sum(Fn f, const row<T, Arch>& x, const More&... more) {
-  using batch = xsimd::batch<float, Arch>;
+template <class Fn, detail::readable_row X, class... More>
+float sum(Fn f, const X& x, const More&... more) {
+  using arch = typename X::arch;
+  using batch = xsimd::batch<float, arch>;
   const std::size_t n = detail::common_size("tilekern::gpsimd::sum", x, more...);
   std::array<batch, 4> partial{batch(0.0f), batch(0.0f), batch(0.0f), batch(0.0f)};
-  detail::for_each_batch<Arch, 4>(
+  detail::for_each_batch<arch, 4>(
       n,
       [&](auto k, std::size_t, std::size_t valid, auto... values) {
         const batch term = f(values...);
         std::get<k>(partial) +=
             valid == batch::size
                 ? term
-                : xsimd::select(detail::first_lanes<Arch>(valid), term, batch(0.0f));
+                : xsimd::select(detail::first_lanes<arch>(valid), term, batch(0.0f));
       },
-      x.data(), more.data()...);
+      x, more...);
   return xsimd::hadd((partial[0] + partial[1]) + (partial[2] + partial[3]));
 }
-template <class T, class Arch>
-requires std::is_same_v < std::remove_const_t<T>,
-float > float sum(const row<T, Arch>& x) {
+template <detail::readable_row X>
+float sum(const X& x) {
   return sum([](auto v) { return v; }, x);
 }
 
 // The maximum over a row of f(x[i], ...): NaN if any term is NaN, -inf for an empty row. Four
 // running maxima, as sum keeps four running sums.
-template <class Fn, class T, class Arch, class... More>
-requires std::is_same_v < std::remove_const_t<T>,
-float > float max(Fn f, const row<T, Arch>& x, const More&... more) {
-  using batch = xsimd::batch<float, Arch>;
+template <class Fn, detail::readable_row X, class... More>
+float max(Fn f, const X& x, const More&... more) {
+  using arch = typename X::arch;
+  using batch = xsimd::batch<float, arch>;
   const std::size_t n = detail::common_size("tilekern::gpsimd::max", x, more...);
   const batch lowest(-std::numeric_limits<float>::infinity());
   std::array<batch, 4> best{lowest, lowest, lowest, lowest};
   auto nan = batch(0.0f) != batch(0.0f);
-  detail::for_each_batch<Arch, 4>(
+  detail::for_each_batch<arch, 4>(
       n,
       [&](auto k, std::size_t, std::size_t valid, auto... values) {
         batch term = f(values...);
         if (valid != batch::size)
-          term = xsimd::select(detail::first_lanes<Arch>(valid), term, lowest);
+          term = xsimd::select(detail::first_lanes<arch>(valid), term, lowest);
         nan = nan || xsimd::isnan(term);  // not term != term: xsimd's != is ordered on AVX
         std::get<k>(best) = xsimd::max(std::get<k>(best), term);
       },
-      x.data(), more.data()...);
+      x, more...);
   if (xsimd::any(nan)) return std::numeric_limits<float>::quiet_NaN();
   alignas(64) float lanes[batch::size];
   xsimd::max(xsimd::max(best[0], best[1]), xsimd::max(best[2], best[3])).store_aligned(lanes);
   return *std::max_element(lanes, lanes + batch::size);
 }
-template <class T, class Arch>
-requires std::is_same_v < std::remove_const_t<T>,
-float > float max(const row<T, Arch>& x) {
+template <detail::readable_row X>
+float max(const X& x) {
   return max([](auto v) { return v; }, x);
 }
 
@@ -1032,7 +1204,7 @@ void transform(row<float, Arch> y, Fn f, const Rows&... x) {
           std::copy_n(lanes, valid, y.data() + i);
         }
       },
-      x.data()...);
+      x...);
 }
 
 // y[i] = f(x[i], ...) over a row, as transform(), except where y is an output row of the operator
@@ -1053,7 +1225,7 @@ void stream(row<float, Arch> y, Fn f, const Rows&... x) {
 template <class Fn, class Arch, class Sink, class... Rows>
 void stream(const output_row<Arch, Sink>& y, Fn f, const Rows&... x) {
   const std::size_t n = detail::common_size("tilekern::gpsimd::stream", y, x...);
-  y.sink().write(f, n, static_cast<const float*>(x.data())...);
+  y.sink().write(f, n, detail::reader_of(x).from...);
 }
 
 // ---- the explicit style ----
