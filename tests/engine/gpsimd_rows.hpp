@@ -24,7 +24,7 @@ constexpr shape row_shapes[] = {
     {5, 17}, {7, 33, 40, 0}, {6, 31, 0, 35}, {9, 7, 8, 9}, {2, 257, 300, 260}};
 
 // What check_stats streams, as flags: the operator's outputs (gpsimd::stream) and its inputs x
-// and g (given as gpsimd::streamed). Every other row is staged in local memory.
+// and g (given as gpsimd::streamed). What is not streamed is staged in local memory.
 enum streams : unsigned { staged = 0, stream_out = 1, stream_x = 2, stream_g = 4 };
 
 inline std::string streams_text(unsigned streams) {

@@ -1065,11 +1065,11 @@ struct stream_reader {
     return load_batch<Path>(values.data());
   }
 };
-template <class T, class Arch>
-local_reader<Arch> reader_of(const row<T, Arch>& x) {
+template <class Arch>
+local_reader<Arch> reader_of(std::span<const float> x) {  // a row, or any span of fp32
   return {x.data()};
 }
-template <class T, class Path>
+template <class Arch, class T, class Path>
 stream_reader<T, Path> reader_of(const input_stream<T, Path>& x) {
   return {x.source()};
 }
@@ -1083,7 +1083,7 @@ stream_reader<T, Path> reader_of(const input_stream<T, Path>& x) {
 template <class Arch, std::size_t Group, class Body, class... Rows>
 TILEKERN_GPSIMD_INLINE inline void for_each_batch(std::size_t n, Body&& body, const Rows&... rows) {
   constexpr std::size_t lanes = xsimd::batch<float, Arch>::size;
-  const std::tuple readers(reader_of(rows)...);
+  const std::tuple readers(reader_of<Arch>(rows)...);
   const auto call = [&](auto k, std::size_t i, std::size_t valid,
                         auto load) TILEKERN_GPSIMD_INLINE {
     std::apply([&](const auto&... reader)
@@ -1225,7 +1225,7 @@ void stream(row<float, Arch> y, Fn f, const Rows&... x) {
 template <class Fn, class Arch, class Sink, class... Rows>
 void stream(const output_row<Arch, Sink>& y, Fn f, const Rows&... x) {
   const std::size_t n = detail::common_size("tilekern::gpsimd::stream", y, x...);
-  y.sink().write(f, n, detail::reader_of(x).from...);
+  y.sink().write(f, n, detail::reader_of<Arch>(x).from...);
 }
 
 // ---- the explicit style ----
