@@ -42,7 +42,7 @@
 // computed, instead of stored in local memory and read back (on the AMD EPYC of
 // CONTRIBUTING.md, rmsnorm over 1365 x 768 bf16 took about 15% less time); and of an input it
 // only reads through those functions, by giving it as streamed(x) (rmsnorm over 1 Mi bf16 then
-// ran at 0.91-0.97 of a hand-written loop, from 0.82-0.88).
+// ran at 0.91-0.97 of a hand-written loop, from 0.82-0.89).
 //
 // An operator must treat lanes independently (elementwise) and be safe to call from several
 // threads at once: when every tensor of an elementwise call is bf16, a batch holds every other
