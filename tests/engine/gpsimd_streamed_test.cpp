@@ -75,11 +75,13 @@ TEST_CASE("gpsimd: a streamed input takes no local memory") {
        std::to_string(2 * array_bytes))
           .c_str(),
       shape_error);
-  gpsimd::rowwise(nothing, gpsimd::inputs(gpsimd::streamed(x.cv()), g.cv()), gpsimd::outputs(y.v()),
-                  opt);
+  CHECK_NOTHROW(gpsimd::rowwise(nothing, gpsimd::inputs(gpsimd::streamed(x.cv()), g.cv()),
+                                gpsimd::outputs(y.v()), opt));
   // Both streamed: only the output's array.
-  gpsimd::rowwise(nothing, gpsimd::inputs(gpsimd::streamed(x.cv()), gpsimd::streamed(g.cv())),
-                  gpsimd::outputs(y.v()), {.local_bytes = array_bytes});
+  const gpsimd::options one_array{.local_bytes = array_bytes};
+  CHECK_NOTHROW(gpsimd::rowwise(nothing,
+                                gpsimd::inputs(gpsimd::streamed(x.cv()), gpsimd::streamed(g.cv())),
+                                gpsimd::outputs(y.v()), one_array));
 }
 
 // sum, max, transform and stream over the streamed rows x and w (one row of n elements, each in a
