@@ -6,11 +6,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <immintrin.h>
 
 #include "engine/gpsimd_support.hpp"
 
@@ -271,6 +275,47 @@ TEST_CASE("gpsimd: launch rethrows a core's exception after every core has stopp
     CHECK_MESSAGE(message.rfind("core ", 0) == 0, message);
     CHECK(message.find(" failed") != std::string::npos);
   }
+}
+
+// Every core runs under the caller's MXCSR, whatever its thread's own. The caller sets FTZ and DAZ
+// after a first call has started the threads, which keep the default. Under DAZ an operator reads a
+// subnormal as 0, so x + x of one is +0 on every core; and a bf16 output of subnormals passed
+// through unchanged keeps their codes (the encoder finds them without vfpclassps, which DAZ
+// blinds).
+TEST_CASE("gpsimd: every core runs under the caller's MXCSR, and encodes exactly under DAZ") {
+  const std::size_t n = 100003;
+  std::vector<float> x(n);
+  std::vector<bf16> x16(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = std::ldexp(static_cast<float>(i % 1000 + 1), -140);  // subnormals, 2^-140 .. 2^-130
+    x16[i] = bf16::from(x[i]);
+  }
+  const gpsimd::options opt{.cores = 8, .threads = 2};
+  const auto twice = [](auto v) { return v + v; };
+  const auto same = [](auto v) { return v; };
+  std::vector<float> y(n);
+  std::vector<bf16> y16(n), z16(n);
+  gpsimd::elementwise(twice, gpsimd::inputs(std::span<const float>(x)),
+                      gpsimd::outputs(std::span<float>(y)), opt);
+  CHECK(std::count(y.begin(), y.end(), 0.0f) == 0);  // without DAZ: 2x, not 0
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(saved | 0x8040u);  // FTZ, DAZ
+  gpsimd::elementwise(twice, gpsimd::inputs(std::span<const float>(x)),
+                      gpsimd::outputs(std::span<float>(y)), opt);
+  gpsimd::elementwise(same, gpsimd::inputs(std::span<const float>(x)),
+                      gpsimd::outputs(std::span<bf16>(y16)), opt);
+  gpsimd::elementwise(same, gpsimd::inputs(std::span<const bf16>(x16)),
+                      gpsimd::outputs(std::span<bf16>(z16)), opt);
+  _mm_setcsr(saved);
+  std::size_t flushed = 0, kept = 0, kept16 = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    flushed += std::bit_cast<std::uint32_t>(y[i]) == 0;
+    kept += y16[i].bits() == x16[i].bits();
+    kept16 += z16[i].bits() == x16[i].bits();
+  }
+  CHECK(flushed == n);
+  CHECK(kept == n);
+  CHECK(kept16 == n);
 }
 
 }  // namespace

@@ -66,6 +66,8 @@
 #include <type_traits>
 #include <utility>
 
+#include <immintrin.h>  // _mm_getcsr, _mm_setcsr: run_cores
+
 // GCC 12 reports xsimd's AVX-512 intrinsics as maybe-uninitialized, or uninitialized where it
 // does not inline xsimd's math (GCC bug 105593; the intrinsics start from an "undefined" register).
 // GCC checks the pragma at the xsimd lines they are inlined from, so this silences them in user
@@ -543,15 +545,22 @@ inline constexpr std::size_t elements_per_thread = std::size_t{1} << 15;
 // Runs body(core) for each logical core, spread over the machine's threads: each thread takes the
 // next core when it is free (which cores share a thread changes nothing in the results), and
 // `elements` of work get a thread per elements_per_thread at most. An exception thrown by a core
-// is rethrown here, the lowest core's if several throw.
+// is rethrown here, the lowest core's if several throw. Every core runs under the caller's MXCSR
+// (rounding mode, FTZ, DAZ), whatever the thread's own, so that no result depends on which thread
+// ran it; the thread's own is restored after.
 template <class Body>
 void run_cores(const options& opt, std::size_t elements, Body&& body) {
   std::exception_ptr error;
   std::size_t error_core = opt.cores;
+  const unsigned caller_mxcsr = _mm_getcsr();
   const auto run = [&](std::size_t core) {
+    const unsigned own_mxcsr = _mm_getcsr();
+    _mm_setcsr(caller_mxcsr);
     try {
       body(core);
+      _mm_setcsr(own_mxcsr);
     } catch (...) {
+      _mm_setcsr(own_mxcsr);
 #if defined(_OPENMP)
 #pragma omp critical(tilekern_gpsimd_error)
 #endif

@@ -368,8 +368,8 @@ class vector_encoder {
     const hn::Repartition<storage, DU> dcodes;
 #if defined(__AVX512BF16__)
     if constexpr (Mode == rounding::nearest_even && uses_bf16_instruction<F, D>()) {
-      if (_kortestz_mask16_u8(x86::fp32_subnormal_lanes(even.raw),
-                              x86::fp32_subnormal_lanes(odd.raw))) {
+      if (_kortestz_mask16_u8(x86::fp32_subnormal_lanes(even.raw, daz_),
+                              x86::fp32_subnormal_lanes(odd.raw, daz_))) {
         const hn::Vec<decltype(dcodes)> codes{
             x86::bf16_interleaved_from_float_nearest(even.raw, odd.raw)};
         hn::StoreU(saturate_infinity(codes), dcodes, out);
@@ -422,7 +422,7 @@ class vector_encoder {
       hn::StoreU(saturate_infinity(codes), dstorage_, out);
     } else if constexpr (uses_bf16_instruction<F, D>()) {
 #if defined(__AVX512BF16__)
-      if (x86::fp32_subnormal_lanes(x.raw) != 0) {
+      if (x86::fp32_subnormal_lanes(x.raw, daz_) != 0) {
         encode_generic(x, out, round_nearest_even());
         return;
       }
@@ -539,6 +539,11 @@ class vector_encoder {
   hn::Vec<DU> overflow_code_;
   random_key key_;
   bool saturate_;
+#if defined(__AVX512BF16__)
+  // MXCSR.DAZ as it was when the encoder was made, which decides how subnormals are found
+  // (x86::fp32_subnormal_lanes); the gpsimd engine runs every core under its caller's MXCSR.
+  bool daz_ = x86::denormals_are_zero();
+#endif
 };
 
 // The fp32 lanes of one block of bf16 codes at `in`, NaNs as they are (decode_block quiets them;
