@@ -558,9 +558,7 @@ void run_cores(const options& opt, std::size_t elements, Body&& body) {
     _mm_setcsr(caller_mxcsr);
     try {
       body(core);
-      _mm_setcsr(own_mxcsr);
     } catch (...) {
-      _mm_setcsr(own_mxcsr);
 #if defined(_OPENMP)
 #pragma omp critical(tilekern_gpsimd_error)
 #endif
@@ -569,6 +567,7 @@ void run_cores(const options& opt, std::size_t elements, Body&& body) {
         error = std::current_exception();
       }
     }
+    _mm_setcsr(own_mxcsr);
   };
 #if defined(_OPENMP)
   const auto available =
