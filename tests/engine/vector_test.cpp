@@ -767,10 +767,13 @@ TEST_CASE("vector: row reductions of bf16 count every element once, at every len
     for (std::size_t at = 0; at < cols; ++at) {
       x(1, at) = bf16::from(1000.0f);  // row 1's largest element
       x(2, at) = bf16::from(nan);
-      std::vector<float> sums(3), maxes(3), mins(3), firsts(3), squares(3);
+      // row_max and row_min compare bf16 codes (reduce_codes); row_max_of takes the fp32 path.
+      std::vector<float> sums(3), maxes(3), mins(3), firsts(3), squares(3), fp32_maxes(3);
       vector::row_sum(sums, x.cv());
       vector::row_max(maxes, x.cv());
       vector::row_min(mins, x.cv());
+      vector::row_max_of(
+          fp32_maxes, [](auto, auto v) { return v; }, x.cv());
       vector::row_sums_of(
           firsts, squares, [](auto, auto v) { return std::pair(v, v * v); }, x.cv());
       for (std::size_t r = 0; r < 2; ++r) {
@@ -788,15 +791,79 @@ TEST_CASE("vector: row reductions of bf16 count every element once, at every len
         CHECK(firsts[r] == sum);
         CHECK(squares[r] == square_sum);
         CHECK(maxes[r] == hi);
+        CHECK(fp32_maxes[r] == hi);
         CHECK(mins[r] == lo);
       }
       INFO("cols ", cols, ", NaN at ", at, ", lanes ", active_lanes());
       CHECK(std::isnan(maxes[2]));
+      CHECK(std::isnan(fp32_maxes[2]));
       CHECK(std::isnan(mins[2]));
       x(1, at) = bf16::from(value(1, at));
       x(2, at) = bf16::from(value(2, at));
     }
   }
+}
+
+// row_max and row_min of a 16-bit format compare codes as integers (engine/vector.hpp,
+// reduce_codes). Every code of the format stands in a row of one background value, at column
+// k % cols in row k (so at every position: the vector paths' pairs of blocks, single block and
+// tail). The expected max and min compare the decoded values, NaN if either is NaN; of zeros of
+// both signs the max is +0 and the min -0, as documented.
+template <class T>
+void check_code_reductions() {
+  constexpr std::size_t codes = std::size_t{1} << T::code_bits, cols = 121;
+  std::vector<T> backgrounds = {T::from_code(0),
+                                T::from_code(T::sign_code),
+                                T::from_code(1),
+                                T::from_code(T::sign_code | 1),
+                                T::from(1.0f),
+                                T::from(-1.5f),
+                                T::from_code(T::max_code),
+                                T::from_code(T::sign_code | T::max_code),
+                                T::from_code(T::nan_code),
+                                T::from_code(T::sign_code | T::nan_code)};
+  if constexpr (T::has_infinity) {
+    backgrounds.push_back(T::from_code(T::infinity_code));
+    backgrounds.push_back(T::from_code(T::sign_code | T::infinity_code));
+    backgrounds.push_back(T::from_code(T::infinity_code | 1));  // signalling
+  }
+  tensor<T> x(codes, cols);
+  std::vector<float> maxes(codes), mins(codes);
+  for (const T background : backgrounds) {
+    x.fill(background);
+    for (std::size_t k = 0; k < codes; ++k) x(k, k % cols) = T::from_code(k);
+    vector::row_max(maxes, x.cv());
+    vector::row_min(mins, x.cv());
+    const double b = value_of(background);
+    std::size_t wrong = 0;
+    for (std::size_t k = 0; k < codes; ++k) {
+      const double v = value_of(T::from_code(k));
+      double hi = std::max(b, v), lo = std::min(b, v);
+      if (hi == 0) hi = std::signbit(b) && std::signbit(v) ? -0.0 : 0.0;
+      if (lo == 0) lo = std::signbit(b) || std::signbit(v) ? -0.0 : 0.0;
+      const bool nan_row = std::isnan(b) || std::isnan(v);
+      const auto same = [&](float got, double want) {
+        return nan_row ? std::isnan(got)
+                       : std::bit_cast<std::uint32_t>(got) ==
+                             std::bit_cast<std::uint32_t>(static_cast<float>(want));
+      };
+      if (!same(maxes[k], hi) || !same(mins[k], lo)) {
+        if (++wrong <= 5) {
+          INFO(type_name<T>(), " background ", hex(bits_of(background)), " code ", hex(k),
+               " lanes ", active_lanes(), ": max ", maxes[k], " min ", mins[k]);
+          CHECK(false);
+        }
+      }
+    }
+    INFO(type_name<T>(), " background ", hex(bits_of(background)));
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("vector: row_max and row_min of every code of the 16-bit formats, in every position") {
+  check_code_reductions<bf16>();
+  check_code_reductions<fp16>();
+  check_code_reductions<minifloat<4, 6, 7, specials::fn>>();  // 11 bits, padded to 16
 }
 
 TEST_CASE("vector: reductions of empty rows and columns") {

@@ -700,8 +700,11 @@ void map_rows(const destination<Out>& to, const Sums& sums, F&& f, const Operand
           at_chain<chains>(chain, [&](auto j) {
             each_sum(
                 x, [&](std::size_t k, auto v) { acc[k][j] = combine_lanes<Op, D>(acc[k][j], v); });
+            // x86's max and min give their second operand where either is NaN, so the new
+            // partial is NaN exactly where x is. Testing it rather than x keeps gcc from reading
+            // a block of a plain row twice (into the max and into the test).
+            if constexpr (Op != combine::sum) nan = hn::Or(nan, hn::IsNaN(acc[0][j]));
           });
-          if constexpr (Op != combine::sum) nan = hn::Or(nan, hn::IsNaN(x));
         }
       };
       const auto block = [&](std::size_t c, auto chain) {

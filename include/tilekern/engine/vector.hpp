@@ -36,7 +36,9 @@
 // of the combination differ between paths, and with them the last bits. row_sums_of keeps 32
 // partials for each of its two sums (the registers of one): (ceil(n / 32) + 5) u. max and min
 // propagate NaN (any NaN in the reduced elements gives NaN). An empty row sums to 0, has max -inf
-// and min +inf; an empty column the same.
+// and min +inf; an empty column the same. row_max and row_min of a view of a 16-bit format (bf16,
+// fp16) compare its codes as integers, twice the lanes of fp32 and nothing decoded: the same
+// values, and of zeros of both signs the max is +0 and the min -0 (elsewhere either zero).
 //
 // Normalisation statistics, as the NeuronCore's bn_stats / bn_aggr: bn_stats splits each row into
 // chunks of bn_chunk elements and writes (count, mean, m2) per chunk, m2 the sum of squared
@@ -118,11 +120,84 @@ void elementwise(const char* function, std::initializer_list<const char*> names,
       resolved);
 }
 
+// The formats whose row maxima and minima are found on their codes (reduce_codes).
+template <class T>
+constexpr bool reduced_as_codes = minifloat_format<T> && sizeof(T) == 2;
+
+// A 16-bit code as an integer that orders as its value does: two's complement from sign and
+// magnitude, -0 just below +0. The same map turns it back.
+constexpr std::int16_t ordered_code(std::int16_t code) {
+  return static_cast<std::int16_t>(code ^ ((code >> 15) & 0x7fff));
+}
+
+// The row maxima or minima of a 16-bit format, compared as integers (twice the lanes of fp32, and
+// no decoding): each row's largest and smallest ordered codes, a NaN if either lies past the
+// infinities (or past the largest finite codes where the format has none), else the value of the
+// one asked for. The same values as the fp32 reduction, except that of zeros of both signs the
+// max is +0 and the min -0.
+template <combine Op, class T>
+void reduce_codes(const view<const T>& x, column_out out) {
+  // The least magnitude of a NaN's storage word (codes sit above the padding bits).
+  constexpr int nan_from = ((T::has_infinity ? T::infinity_code : T::max_code) + 1)
+                           << T::padding_bits;
+  const std::size_t cols = x.cols();
+  visit_lanes([&](auto d) {
+    for (std::size_t r = 0; r < x.rows(); ++r) {
+      const auto* codes = storage_of(x.row(r).data());
+      std::int16_t high = std::numeric_limits<std::int16_t>::min();
+      std::int16_t low = std::numeric_limits<std::int16_t>::max();
+      std::size_t c = 0;
+      if constexpr (hn::MaxLanes(decltype(d)()) > 1) {
+        const hn::Repartition<std::int16_t, decltype(d)> di;
+        const hn::Repartition<std::uint16_t, decltype(d)> du;
+        constexpr std::size_t lanes = hn::MaxLanes(di);
+        const auto load = [&](std::size_t at) {
+          const auto v = hn::BitCast(di, hn::LoadU(du, codes + at));
+          return hn::Xor(v, hn::And(hn::ShiftRight<15>(v), hn::Set(di, 0x7fff)));
+        };
+        // Two chains of each.
+        auto high0 = hn::Set(di, high), high1 = high0, low0 = hn::Set(di, low), low1 = low0;
+        for (; c + 2 * lanes <= cols; c += 2 * lanes) {
+          const auto a = load(c), b = load(c + lanes);
+          high0 = hn::Max(high0, a);
+          low0 = hn::Min(low0, a);
+          high1 = hn::Max(high1, b);
+          low1 = hn::Min(low1, b);
+        }
+        if (c + lanes <= cols) {
+          const auto a = load(c);
+          high0 = hn::Max(high0, a);
+          low0 = hn::Min(low0, a);
+          c += lanes;
+        }
+        high = hn::GetLane(hn::MaxOfLanes(di, hn::Max(high0, high1)));
+        low = hn::GetLane(hn::MinOfLanes(di, hn::Min(low0, low1)));
+      }
+      for (; c < cols; ++c) {
+        const std::int16_t v = ordered_code(static_cast<std::int16_t>(codes[c]));
+        high = std::max(high, v);
+        low = std::min(low, v);
+      }
+      const std::int16_t chosen = Op == combine::max ? high : low;
+      out[r] = high >= nan_from || low < -nan_from
+                   ? std::numeric_limits<float>::quiet_NaN()
+                   : T::from_bits(static_cast<typename T::storage_type>(ordered_code(chosen)))
+                         .to_float();
+    }
+  });
+}
+
 template <combine Op, class Out, class X>
 void reduce_rows(const char* function, Out&& out, const X& x) {
   const auto source = as_source(x);
   const std::size_t rows = source.rows(), cols = source.cols();
   const column_out sums = resolve_column(function, "out", to_view(out), rows);
+  using source_type = std::remove_const_t<decltype(source)>;
+  if constexpr (Op != combine::sum && is_view<source_type>::value) {
+    if constexpr (reduced_as_codes<std::remove_const_t<typename source_type::element_type>>) {
+      if (cols > 0) return reduce_codes<Op>(source, sums);
+    }
+  }
   const destination<no_output> nothing{view<no_output>(nullptr, rows, cols)};
   // x has its own shape: it varies along the row.
   map_rows<true, Op>(

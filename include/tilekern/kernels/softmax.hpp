@@ -14,7 +14,9 @@
 //
 // Algorithm: one thread, blocks of rows (about 128 KiB of x and fp32 scratch per block, so that a
 // block stays in L2 between its passes), engine operations only:
-//   m = row max of the scores                    vector::row_max_of (or row_max of a scores block)
+//   m = row max of the scores                    vector::row_max_of (for bf16 and fp16 x and
+//                                                 scale > 0, scale times row_max of x, which
+//                                                 compares codes); row_max of a scores block
 //   e = exp(scale * x - m) 2^64, sums = row sums of e   softmax_exp (below) in one engine pass
 //                                                 with its row sums, into y when y is float,
 //                                                 else an fp32 scratch block
@@ -228,6 +230,12 @@ void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
             mask_block, scale);
       }
       vector::row_max(column_view(maxes, n), work);
+    } else if (vector::detail::reduced_as_codes<X> && scale > 0 &&
+               scale < std::numeric_limits<float>::infinity()) {
+      // bf16 and fp16: row_max compares codes, without decoding them; and max(scale x) =
+      // scale max(x), rounding being monotonic.
+      vector::row_max(column_view(maxes, n), x_block);
+      for (std::size_t r = 0; r < n; ++r) maxes[r] *= scale;
     } else {
       vector::row_max_of(
           column_view(maxes, n), [](auto, auto v, auto s) { return v * s; }, x_block, scale);
