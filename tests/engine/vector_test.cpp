@@ -835,28 +835,25 @@ void check_code_reductions() {
     vector::row_max(maxes, x.cv());
     vector::row_min(mins, x.cv());
     const double b = value_of(background);
-    std::size_t wrong = 0;
+    mismatches failures;
     for (std::size_t k = 0; k < codes; ++k) {
       const double v = value_of(T::from_code(k));
       double hi = std::max(b, v), lo = std::min(b, v);
       if (hi == 0) hi = std::signbit(b) && std::signbit(v) ? -0.0 : 0.0;
       if (lo == 0) lo = std::signbit(b) || std::signbit(v) ? -0.0 : 0.0;
-      const bool nan_row = std::isnan(b) || std::isnan(v);
-      const auto same = [&](float got, double want) {
-        return nan_row ? std::isnan(got)
-                       : std::bit_cast<std::uint32_t>(got) ==
-                             std::bit_cast<std::uint32_t>(static_cast<float>(want));
+      if (std::isnan(b) || std::isnan(v)) hi = lo = std::numeric_limits<double>::quiet_NaN();
+      const auto same = [](float got, double want) {
+        return std::isnan(want) ? std::isnan(got)
+                                : std::bit_cast<std::uint32_t>(got) ==
+                                      std::bit_cast<std::uint32_t>(static_cast<float>(want));
       };
       if (!same(maxes[k], hi) || !same(mins[k], lo)) {
-        if (++wrong <= 5) {
-          INFO(type_name<T>(), " background ", hex(bits_of(background)), " code ", hex(k),
-               " lanes ", active_lanes(), ": max ", maxes[k], " min ", mins[k]);
-          CHECK(false);
-        }
+        failures.add("code ", hex(k), ": max ", maxes[k], " min ", mins[k], ", expected ", hi,
+                     " and ", lo);
       }
     }
-    INFO(type_name<T>(), " background ", hex(bits_of(background)));
-    CHECK(wrong == 0);
+    INFO(type_name<T>(), " background ", hex(bits_of(background)), " lanes ", active_lanes());
+    CHECK_MESSAGE(failures.count() == 0, failures.count(), " mismatches\n", failures.text());
   }
 }
 
