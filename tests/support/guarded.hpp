@@ -1,6 +1,7 @@
 #pragma once
 // Buffers that end right before an unreadable page, so that any read or write past the end
-// crashes the test, and helpers to run a check on every ISA path the machine has.
+// crashes the test, helpers to run a check on every ISA path the machine has, and one to set the
+// kernels' blocks of rows.
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <cstddef>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -69,5 +71,15 @@ void for_each_isa(Body&& body) {
   }
   set_isa_cap(previous);
 }
+
+// Sets row_block_bytes() (simd/isa.hpp: the kernels' blocks of rows) for its lifetime, then
+// returns it to the default.
+class row_blocks_of {
+ public:
+  explicit row_blocks_of(std::size_t bytes) { set_row_block_bytes(bytes); }
+  ~row_blocks_of() { set_row_block_bytes(std::nullopt); }
+  row_blocks_of(const row_blocks_of&) = delete;
+  row_blocks_of& operator=(const row_blocks_of&) = delete;
+};
 
 }  // namespace tilekern::test

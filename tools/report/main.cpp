@@ -58,8 +58,9 @@ int main(int argc, char** argv) {
   int status = 0;
   const auto options = parse(argc, argv, status);
   if (!options) return status;
-  std::printf("tilekern-report %s\nmachine: %s\n", TILEKERN_VERSION,
-              tilekern::describe_isa().c_str());
+  std::printf("tilekern-report %s\nmachine: %s; blocks of rows: %zu bytes (L2 %zu)\n",
+              TILEKERN_VERSION, tilekern::describe_isa().c_str(), tilekern::row_block_bytes(),
+              tilekern::l2_cache_bytes());
   std::printf("timing: median of %d runs after a warm-up, %zu elements\n", options->runs(),
               options->elements());
   for (const auto& section : tilekern::report::sections) section.build(*options).print(stdout);

@@ -12,8 +12,9 @@
 // different one per tensor if you like; the arithmetic is fp32, per-row scalars fp64. The plain
 // fp64 versions are reference::layernorm and reference::layernorm_backward.
 //
-// The kernel is a loop over blocks of rows, as many as keep a block of x (in its own format) in
-// 128 KiB, so that x is read from memory once and from L2 by the later passes:
+// The kernel is a loop over blocks of rows, as many as keep a block of x (in its own format)
+// within row_block_bytes() (half of L2), so that x is read from memory once and from L2 by the
+// later passes:
 //   1. c[r] = the mean of x[r][0 .. 63]      vector::row_sum_of (64 partials of one element
 //                                              each, combined pairwise), times 1/64
 //   2. s1[r] = sum_c d, s2[r] = sum_c d^2,   vector::row_sums_of, fp32 per chunk of 1024 columns,

@@ -12,8 +12,9 @@
 // fp64. The plain fp64 versions are reference::rmsnorm and reference::rmsnorm_backward
 // (reference/rmsnorm.hpp).
 //
-// The kernel is a loop over blocks of rows, as many as keep a block of x (in its own format) in
-// 128 KiB, so that x is read from memory once and from L2 for the second pass:
+// The kernel is a loop over blocks of rows, as many as keep a block of x (in its own format)
+// within row_block_bytes() (half of L2), so that x is read from memory once and from L2 for the
+// second pass:
 //   1. sums[r] = sum_c x^2                 vector::row_sum_of, per chunk of 1024 columns
 //   2. rstd[r] = 1 / sqrt(sums[r] / cols + eps)   fp64, rounded once to fp32
 //   3. y = x * rstd * gamma                vector::map, rounded with the caller's cast_options
@@ -70,6 +71,7 @@
 
 #include "tilekern/engine/vector.hpp"
 #include "tilekern/error.hpp"
+#include "tilekern/simd/isa.hpp"
 #include "tilekern/tile/view.hpp"
 #include "tilekern/types/rounding.hpp"
 
@@ -79,11 +81,11 @@ namespace detail {
 
 // ---- shared by the normalisation kernels (rmsnorm here, layernorm in layernorm.hpp) ----
 
-// Rows per block: a block of x in its own format fits in 128 KiB (L2), at least one row.
+// Rows per block: a block of x in its own format fits in row_block_bytes() (simd/isa.hpp: half of
+// L2), at least one row.
 template <class T>
 std::size_t norm_block_rows(std::size_t cols) {
-  constexpr std::size_t block_bytes = std::size_t{128} << 10;
-  return std::max<std::size_t>(1, block_bytes / std::max<std::size_t>(1, cols * sizeof(T)));
+  return std::max<std::size_t>(1, row_block_bytes() / std::max<std::size_t>(1, cols * sizeof(T)));
 }
 
 // Row sums are fp32 within chunks of this many columns, the chunks added in fp64; rows of up to

@@ -12,8 +12,8 @@
 // reference::softmax and reference::softmax_backward (reference/softmax.hpp), whose definitions
 // these kernels follow, special values included.
 //
-// Algorithm: one thread, blocks of rows (about 128 KiB of x and fp32 scratch per block, so that a
-// block stays in L2 between its passes), engine operations only:
+// Algorithm: one thread, blocks of rows (about row_block_bytes() of x and fp32 scratch per block,
+// half of L2, so that a block stays in L2 between its passes), engine operations only:
 //   m = row max of the scores                    vector::row_max_of (for bf16 and fp16 x and
 //                                                 scale > 0, scale times row_max of x, which
 //                                                 compares codes); row_max of a scores block
@@ -76,6 +76,7 @@
 
 #include "tilekern/engine/vector.hpp"
 #include "tilekern/error.hpp"
+#include "tilekern/simd/isa.hpp"
 #include "tilekern/tile/view.hpp"
 #include "tilekern/types/rounding.hpp"
 
@@ -157,12 +158,11 @@ HWY_INLINE hn::Vec<D> softmax_exp(D d, hn::Vec<D> a) {
   return hn::BitCast(d, hn::Add(hn::BitCast(di, scaled), k));
 }
 
-// Rows per block: about 128 KiB of x and fp32 scratch.
+// Rows per block: about row_block_bytes() (simd/isa.hpp: half of L2) of x and fp32 scratch.
 template <class X>
 std::size_t softmax_block_rows(std::size_t rows, std::size_t cols) {
-  constexpr std::size_t block_bytes = std::size_t{128} << 10;
   const std::size_t row_bytes = cols * (sizeof(X) + sizeof(float));
-  return std::clamp<std::size_t>(block_bytes / std::max<std::size_t>(row_bytes, 1), 1, rows);
+  return std::clamp<std::size_t>(row_block_bytes() / std::max<std::size_t>(row_bytes, 1), 1, rows);
 }
 
 // What softmax needs per block of rows, allocated once per call.

@@ -1,6 +1,7 @@
 #pragma once
 // Which instruction-set path runs: what the CPU offers (detected once, at run time), what this
-// translation unit was compiled for, and a cap from the environment or the program.
+// translation unit was compiled for, and a cap from the environment or the program. Also the size
+// of the kernels' blocks of rows, from the CPU's L2 cache (row_block_bytes(), at the end).
 //
 //   active_isa() = min(detected_isa(), compiled_isa(), cap)
 //
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -22,10 +24,10 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#endif
 #if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
-#endif
 #endif
 
 namespace tilekern {
@@ -197,6 +199,45 @@ inline std::string describe_isa() {
   text += cap ? name(*cap) : std::string_view("none");
   text += ")";
   return text;
+}
+
+// ---- Blocks of rows ----
+
+// The size of one core's L2 cache in bytes, as the C library reports it (read once), or 256 KiB
+// where it does not say.
+inline std::size_t l2_cache_bytes() {
+  static const std::size_t bytes = [] {
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+    const long reported = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (reported > 0) return static_cast<std::size_t>(reported);
+#endif
+    return std::size_t{256} << 10;
+  }();
+  return bytes;
+}
+
+namespace detail {
+inline std::atomic<std::size_t>& row_block_bytes_override() {
+  static std::atomic<std::size_t> bytes{0};  // 0: none
+  return bytes;
+}
+}  // namespace detail
+
+// The normalisation and softmax kernels work through blocks of rows, each about this many bytes
+// (of the input; softmax counts its fp32 scratch too), so that a block read from memory by one
+// pass is still in L2 for the next: half of l2_cache_bytes(), within 128 KiB and 1 MiB, unless
+// set_row_block_bytes() says otherwise. A block holds at least one row, however long. The results
+// do not depend on it, only the speed.
+inline std::size_t row_block_bytes() {
+  if (const std::size_t bytes = detail::row_block_bytes_override().load()) return bytes;
+  return std::clamp<std::size_t>(l2_cache_bytes() / 2, std::size_t{128} << 10,
+                                 std::size_t{1} << 20);
+}
+
+// Overrides row_block_bytes() for the whole process, to tune or to test (0 counts as 1: a row a
+// block); std::nullopt returns to the default.
+inline void set_row_block_bytes(std::optional<std::size_t> bytes) {
+  detail::row_block_bytes_override().store(bytes ? std::max<std::size_t>(*bytes, 1) : 0);
 }
 
 }  // namespace tilekern

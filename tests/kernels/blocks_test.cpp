@@ -1,0 +1,132 @@
+// The normalisation and softmax kernels work through blocks of rows of row_block_bytes() each
+// (simd/isa.hpp: half of the machine's L2). Their results must not depend on it: the same bits
+// with a row a block, with blocks of a few rows (a short last one), and with the default, which
+// is the block size every other test runs at. So the other tests' fp64 checks at the default
+// hold for any block size, and a user's results for any machine's L2.
+//
+// Every kernel that blocks (layernorm, rmsnorm and softmax, forward and backward; softmax with no
+// mask, an additive mask and a bool mask; nearest-even and stochastic rounding) runs over 37 rows
+// of 769 and of 4097 columns, in float, bf16 and fp8_e4m3, on the active ISA path, each output in
+// a buffer that ends right before an unreadable page.
+
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "support/guarded.hpp"
+#include "tilekern/kernels/layernorm.hpp"
+#include "tilekern/kernels/rmsnorm.hpp"
+#include "tilekern/kernels/softmax.hpp"
+#include "tilekern/simd/isa.hpp"
+#include "tilekern/types/formats.hpp"
+
+namespace tilekern {
+namespace {
+
+using test::guarded_buffer;
+
+// A kernel's name and the bytes of one of its outputs.
+using named_bytes = std::pair<std::string, std::vector<unsigned char>>;
+
+// Every output of every kernel, run with the blocks as they are set now.
+template <class T>
+std::vector<named_bytes> outputs(std::size_t rows, std::size_t cols) {
+  const std::size_t n = rows * cols;
+  std::mt19937_64 generator(cols);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const auto values = [&](std::size_t count, float mean, float spread) {
+    std::vector<T> v(count);
+    for (T& e : v) e = T(mean + spread * normal(generator));
+    return v;
+  };
+  const std::vector<T> x = values(n, 0.5f, 1.0f), dy = values(n, 0.0f, 1.0f),
+                       gamma = values(cols, 1.0f, 0.1f), beta = values(cols, 0.0f, 0.1f),
+                       additive = values(n, 0.0f, 1.0f);
+  const std::unique_ptr<bool[]> keep(new bool[n]);
+  for (std::size_t i = 0; i < n; ++i) keep[i] = (i * 7 + i / cols) % 5 != 0;
+  const view<const T> xv(x.data(), rows, cols), dyv(dy.data(), rows, cols);
+  const view<const T> gv(gamma.data(), 1, cols), bv(beta.data(), 1, cols);
+  const cast_options stochastic{.round = rounding::stochastic, .seed = 9};
+
+  std::vector<named_bytes> result;
+  // Runs kernel(out) on guarded outputs of the given sizes and keeps their bytes.
+  const auto run = [&](const char* name, std::vector<std::size_t> sizes, auto kernel) {
+    std::vector<std::unique_ptr<guarded_buffer<T>>> out;
+    for (std::size_t size : sizes) out.push_back(std::make_unique<guarded_buffer<T>>(size));
+    kernel(out);
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      const auto* bytes = reinterpret_cast<const unsigned char*>(out[k]->data());
+      result.emplace_back(name + std::string(", output ") + std::to_string(k),
+                          std::vector<unsigned char>(bytes, bytes + sizes[k] * sizeof(T)));
+    }
+  };
+  const auto matrix = [&](auto& out, std::size_t k) { return view<T>(out[k]->data(), rows, cols); };
+  const auto row = [&](auto& out, std::size_t k) { return view<T>(out[k]->data(), 1, cols); };
+
+  run("layernorm", {n}, [&](auto& o) { layernorm(xv, gv, bv, matrix(o, 0), 1e-5f); });
+  run("layernorm, stochastic", {n},
+      [&](auto& o) { layernorm(xv, gv, bv, matrix(o, 0), 1e-5f, stochastic); });
+  run("layernorm_backward, stochastic", {n, cols, cols}, [&](auto& o) {
+    layernorm_backward(dyv, xv, gv, matrix(o, 0), row(o, 1), row(o, 2), 1e-5f, stochastic);
+  });
+  run("rmsnorm", {n}, [&](auto& o) { rmsnorm(xv, gv, matrix(o, 0), 1e-5f); });
+  run("rmsnorm, stochastic", {n},
+      [&](auto& o) { rmsnorm(xv, gv, matrix(o, 0), 1e-5f, stochastic); });
+  run("rmsnorm_backward", {n, cols},
+      [&](auto& o) { rmsnorm_backward(dyv, xv, gv, matrix(o, 0), row(o, 1), 1e-5f); });
+  run("softmax, scale 0.7", {n}, [&](auto& o) { softmax(xv, matrix(o, 0), {.scale = 0.7f}); });
+  run("softmax, stochastic", {n}, [&](auto& o) { softmax(xv, matrix(o, 0), {}, stochastic); });
+  run("softmax, additive mask", {n}, [&](auto& o) {
+    softmax(xv, view<const T>(additive.data(), rows, cols), matrix(o, 0), {.scale = 1.5f});
+  });
+  run("softmax, bool mask", {n},
+      [&](auto& o) { softmax(xv, view<const bool>(keep.get(), rows, cols), matrix(o, 0)); });
+  run("softmax and softmax_backward", {n, n}, [&](auto& o) {
+    softmax(xv, matrix(o, 0));
+    softmax_backward(dyv, view<const T>(o[0]->data(), rows, cols), matrix(o, 1), {.scale = 0.7f});
+  });
+  return result;
+}
+
+template <class T>
+void same_bits_for_every_block_size(const char* format) {
+  for (const std::size_t cols : {std::size_t{769}, std::size_t{4097}}) {
+    const std::size_t rows = 37;
+    const auto want = outputs<T>(rows, cols);
+    // A row a block, then blocks of a few rows with a shorter last one (24 KiB holds 1 to 31
+    // of these rows, 100 KiB 3 to 37, by format and kernel).
+    for (const std::size_t bytes :
+         {std::size_t{1}, std::size_t{24} << 10, std::size_t{100} << 10}) {
+      const test::row_blocks_of blocks(bytes);
+      const auto got = outputs<T>(rows, cols);
+      REQUIRE(got.size() == want.size());
+      for (std::size_t k = 0; k < want.size(); ++k) {
+        INFO(std::string(format), ", ", rows, "x", cols, ", blocks of ", bytes,
+             " bytes: ", want[k].first);
+        CHECK(got[k].second == want[k].second);
+      }
+    }
+  }
+}
+
+TEST_CASE("the kernels give the same bits for every block size") {
+  INFO("row_block_bytes() is ", row_block_bytes(), " (L2 ", l2_cache_bytes(), " bytes)");
+  CHECK(row_block_bytes() >= (std::size_t{128} << 10));
+  CHECK(row_block_bytes() <= (std::size_t{1} << 20));
+  {
+    const test::row_blocks_of blocks(0);
+    CHECK(row_block_bytes() == 1);
+  }
+  same_bits_for_every_block_size<float>("float");
+  same_bits_for_every_block_size<bf16>("bf16");
+  same_bits_for_every_block_size<fp8_e4m3>("fp8_e4m3");
+}
+
+}  // namespace
+}  // namespace tilekern
