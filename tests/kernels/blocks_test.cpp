@@ -1,8 +1,8 @@
 // The normalisation and softmax kernels work through blocks of rows of row_block_bytes() each
 // (simd/isa.hpp: half of the machine's L2). Their results must not depend on it: the same bits
-// with a row a block, with blocks of a few rows (a short last one), and with the default, which
-// is the block size every other test runs at. So the other tests' fp64 checks at the default
-// hold for any block size, and a user's results for any machine's L2.
+// with a row a block, with blocks of a few rows (a short last one), and with the default, at
+// which most other tests run. So the other tests' fp64 checks hold for any block size, and a
+// user's results are the same whatever the machine's L2.
 //
 // Every kernel that blocks (layernorm, rmsnorm and softmax, forward and backward; softmax with no
 // mask, an additive mask and a bool mask; nearest-even and stochastic rounding) runs over 37 rows
