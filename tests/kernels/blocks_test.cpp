@@ -48,7 +48,7 @@ std::vector<named_bytes> outputs(std::size_t rows, std::size_t cols) {
   const std::vector<T> x = values(n, 0.5f, 1.0f), dy = values(n, 0.0f, 1.0f),
                        gamma = values(cols, 1.0f, 0.1f), beta = values(cols, 0.0f, 0.1f),
                        additive = values(n, 0.0f, 1.0f);
-  const std::unique_ptr<bool[]> keep(new bool[n]);
+  const auto keep = std::make_unique<bool[]>(n);
   for (std::size_t i = 0; i < n; ++i) keep[i] = (i * 7 + i / cols) % 5 != 0;
   const view<const T> xv(x.data(), rows, cols), dyv(dy.data(), rows, cols);
   const view<const T> gv(gamma.data(), 1, cols), bv(beta.data(), 1, cols);
