@@ -19,7 +19,7 @@
 //   sigmoid      3        every finite      2.402
 //   relu         0        every finite      0
 //   gelu_erf     7        every finite      6.215
-//   gelu_tanh    4        every finite      3.283
+//   gelu_tanh    4        every finite      3.363
 //   silu         4        every finite      3.344
 //   softplus     3        every finite      1.805
 //   mish         5        every finite      4.645
@@ -53,8 +53,8 @@
 //   When a result is x times a tiny exponential (silu, gelu, mish of a large negative x), the
 //   exponential is kept as 2^(n/2) e^r times a power of two applied last, so that no intermediate
 //   value is subnormal and only the final product rounds to the subnormal grid.
-// - gelu_tanh's exponent 2v is computed in double-fp32 (FMA residuals and a two-sum, with both
-//   constants in two parts), because for x < 0 the result is about x e^(2v) and an error d in 2v
+// - gelu_tanh's exponent 2v is computed in double-fp32 (FMA residuals, both constants in two
+//   parts), because for x < 0 the result is about x e^(2v) and an error d in 2v
 //   is a relative error d in the result: rounding 2v to fp32 alone would cost up to about |2v|
 //   ulp (2v = -112 at x = -11). Likewise erfc's e^(-z^2) takes z^2 exactly (x * x plus its FMA
 //   residual), and gelu_erf's t = 2 / (2 + z) is computed as 2 sqrt2 / (2 sqrt2 + |x|), without
@@ -278,6 +278,7 @@ namespace vmath {
 // ln2 in two parts: 13 significant bits (n * ln2_hi is exact for |n| < 2^11), and the rest.
 inline constexpr float ln2_hi = 0x1.62ep-1f;
 inline constexpr float ln2_lo = 0x1.0bfbe8p-15f;
+inline constexpr float ln2 = 0x1.62e43p-1f;  // rounded to nearest
 inline constexpr float log2e = 0x1.715476p+0f;
 // Adding 1.5 * 2^23 rounds a float of magnitude below 2^22 to an integer, found in the low bits.
 inline constexpr float round_magic = 0x1.8p23f;
@@ -454,40 +455,35 @@ HWY_INLINE hn::Vec<D> silu(D d, hn::Vec<D> x) {
 }
 
 // gelu_tanh = x sigmoid(u), u = x s, s = c0 + c1 x^2, c0 = 2 sqrt(2/pi), c1 = 0.044715 c0.
-// s is kept as s_hi + s_lo (FMA residuals and a two-sum, both constants in two parts), and the
-// product -|x| s goes straight into the exp reduction, r = fma(-|x|, s_hi, -n ln2_hi) + ...,
-// which rounds relative to r, not to u: the exponent is accurate to about 2^-40 |u|.
-// At most 4 ulp for every finite x.
+// e^-|u| = 2^-w, w = |x| k, k = k0 + k1 x^2 = s log2(e): n = round(w) and the reduced argument
+// come from w without a multiply by log2(e). k is kept as k_hi + k_lo: k_hi = fma(k1_hi, x^2,
+// k0_hi), and its rounding error is fma(k1_hi, x^2, k0_hi - k_hi), where k0_hi - k_hi is exact
+// because k0_hi is a multiple of 2^-20 and k_hi lies in [2.3, 14.8]; x^2's residual and the
+// constants' low parts go into k_lo. Then e^-|u| = 2^-n e^r, r = -(|x| k_hi - n + |x| k_lo) ln2,
+// where |x| k_hi - n is one FMA of the exact product: r is accurate to about 2^-25, while w
+// reaches 163. At most 4 ulp for every finite x.
 template <class D>
 HWY_INLINE hn::Vec<D> gelu_tanh(D d, hn::Vec<D> x) {
   const hn::RebindToSigned<D> di;
-  const auto c0_hi = hn::Set(d, 0x1.988454p+0f);
-  const auto c0_lo = hn::Set(d, -0x1.857936p-25f);
-  const auto c1_hi = hn::Set(d, 0x1.2444f2p-4f);
-  const auto c1_lo = hn::Set(d, 0x1.49b16ap-29f);
-  // At |x| = 11, |u| = 112.5: e^-|u| is below 2^-162, so sigmoid(u) is 0 (times x, 0) or 1
-  // beyond; the clamp keeps n within [-163, 0].
-  const auto limit = hn::Set(d, 11.0f);
-  const auto xc = hn::Min(hn::Max(x, hn::Neg(limit)), limit);
-  const auto x2 = hn::Mul(xc, xc);
-  const auto x2_lo = hn::MulSub(xc, xc, x2);  // exact residual
-  // p = c1 x^2 = p + p_lo.
-  const auto p = hn::Mul(c1_hi, x2);
-  const auto p_lo = hn::MulAdd(c1_hi, x2_lo, hn::MulAdd(c1_lo, x2, hn::MulSub(c1_hi, x2, p)));
-  // s = c0 + p = s_hi + s_lo (fast two-sum on the larger and the smaller).
-  const auto larger = hn::Max(p, c0_hi);
-  const auto smaller = hn::Min(p, c0_hi);
-  const auto s_hi = hn::Add(larger, smaller);
-  const auto s_lo = hn::Add(hn::Sub(smaller, hn::Sub(s_hi, larger)), hn::Add(p_lo, c0_lo));
-  // e^(-|x| s), reduced with the product inside the FMA (n ln2_hi is exact).
-  const auto minus_abs_x = minus_abs(d, xc);
+  const auto k0_hi = hn::Set(d, 0x1.26aecp+1f);
+  const auto k0_lo = hn::Set(d, 0x1.0de73ap-22f);
+  const auto k1_hi = hn::Set(d, 0x1.a5a7dp-4f);
+  const auto k1_lo = hn::Set(d, -0x1.151aaep-29f);
+  // At |x| = 11, w = 162.5: 2^-w is below 2^-162, so sigmoid(u) is 0 (times x, 0) or 1 beyond;
+  // the clamp keeps n within [0, 163].
+  const auto t = hn::Min(hn::Abs(x), hn::Set(d, 11.0f));
+  const auto x2 = hn::Mul(t, t);
+  const auto x2_lo = hn::MulSub(t, t, x2);  // exact residual
+  const auto k_hi = hn::MulAdd(k1_hi, x2, k0_hi);
+  const auto k_error = hn::MulAdd(k1_hi, x2, hn::Sub(k0_hi, k_hi));
+  const auto k_lo = hn::Add(k_error, hn::MulAdd(k1_hi, x2_lo, hn::MulAdd(k1_lo, x2, k0_lo)));
+  // n = round(|x| k_hi) as magic + n, then f = |x| k_hi - n rounded once (|f| <= 1/2).
   const auto magic = hn::Set(d, round_magic);
-  const auto shifted = hn::MulAdd(hn::Mul(minus_abs_x, s_hi), hn::Set(d, log2e), magic);
-  const auto n = hn::Sub(shifted, magic);
-  const auto n_int = hn::Sub(hn::BitCast(di, shifted), hn::BitCast(di, magic));
-  auto r = hn::MulAdd(minus_abs_x, s_hi, hn::Mul(n, hn::Set(d, -ln2_hi)));
-  r = hn::MulAdd(minus_abs_x, s_lo, hn::NegMulAdd(n, hn::Set(d, ln2_lo), r));
-  return times_sigmoid(d, x, exp_of_reduced(d, n_int, r));
+  const auto shifted = hn::MulAdd(t, k_hi, magic);
+  const auto minus_n = hn::Sub(hn::BitCast(di, magic), hn::BitCast(di, shifted));
+  const auto f = hn::MulAdd(t, k_hi, hn::Sub(magic, shifted));
+  const auto r = hn::Mul(hn::MulAdd(t, k_lo, f), hn::Set(d, -ln2));
+  return times_sigmoid(d, x, exp_of_reduced(d, minus_n, r));
 }
 
 // ln(2^e (1 + f)) for f in [sqrt(1/2) - 1, sqrt2 - 1] and integer e (as float).
