@@ -54,11 +54,11 @@
 //   exponential is kept as 2^(n/2) e^r times a power of two applied last, so that no intermediate
 //   value is subnormal and only the final product rounds to the subnormal grid.
 // - gelu_tanh's exponent 2v is computed in double-fp32 (FMA residuals, both constants in two
-//   parts), because for x < 0 the result is about x e^(2v) and an error d in 2v
-//   is a relative error d in the result: rounding 2v to fp32 alone would cost up to about |2v|
-//   ulp (2v = -112 at x = -11). Likewise erfc's e^(-z^2) takes z^2 exactly (x * x plus its FMA
-//   residual), and gelu_erf's t = 2 / (2 + z) is computed as 2 sqrt2 / (2 sqrt2 + |x|), without
-//   the rounding of z = |x| / sqrt2.
+//   parts), because for x < 0 the result is about x e^(2v) and an error d in 2v is a relative
+//   error d in the result: rounding 2v to fp32 alone would cost up to about |2v| ulp (2v = -112
+//   at x = -11). Likewise erfc's e^(-z^2) takes z^2 exactly (x * x plus its FMA residual), and
+//   gelu_erf's t = 2 / (2 + z) is computed as 2 sqrt2 / (2 sqrt2 + |x|), without the rounding of
+//   z = |x| / sqrt2.
 // - log: x = 2^e m, m in [sqrt(1/2), sqrt2), f = m - 1 (exact), s = f / (2 + f);
 //   log1p(f) = f - (f^2/2 - s (f^2/2 + R(s^2))), R the atanh series 2z/3 + 2z^2/5 + 2z^3/7 + 2z^4/9
 //   (truncation below 5e-9 relative for |s| <= 0.172); subnormal x are scaled by 2^24 first.
