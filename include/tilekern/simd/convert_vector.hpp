@@ -368,8 +368,7 @@ class vector_encoder {
     const hn::Repartition<storage, DU> dcodes;
 #if defined(__AVX512BF16__)
     if constexpr (Mode == rounding::nearest_even && uses_bf16_instruction<F, D>()) {
-      if (_kortestz_mask16_u8(x86::fp32_subnormal_lanes(even.raw, daz_),
-                              x86::fp32_subnormal_lanes(odd.raw, daz_))) {
+      if (!x86::any_fp32_subnormal(even.raw, odd.raw, daz_)) [[likely]] {
         const hn::Vec<decltype(dcodes)> codes{
             x86::bf16_interleaved_from_float_nearest(even.raw, odd.raw)};
         hn::StoreU(saturate_infinity(codes), dcodes, out);
@@ -422,7 +421,7 @@ class vector_encoder {
       hn::StoreU(saturate_infinity(codes), dstorage_, out);
     } else if constexpr (uses_bf16_instruction<F, D>()) {
 #if defined(__AVX512BF16__)
-      if (x86::fp32_subnormal_lanes(x.raw, daz_) != 0) {
+      if (x86::any_fp32_subnormal(x.raw, daz_)) [[unlikely]] {
         encode_generic(x, out, round_nearest_even());
         return;
       }
@@ -526,7 +525,9 @@ class vector_encoder {
   // Saturating turns each +-inf code into +-max, the code just below it.
   template <class V>
   HWY_INLINE V saturate_infinity(V codes) const {
-    if (!saturate_) return codes;
+    if (!saturate_) [[likely]] {
+      return codes;
+    }
     const hn::DFromV<V> dcodes;
     const auto infinity = hn::Set(dcodes, static_cast<storage>(F::infinity_code));
     const auto magnitude = codes & hn::Set(dcodes, static_cast<storage>(F::magnitude_mask));

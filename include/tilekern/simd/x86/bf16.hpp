@@ -41,10 +41,23 @@ inline bool denormals_are_zero() {
 // mask. (The bit tests made a bf16 relu loop at 1 Mi elements 16% slower on Zen 4, where mask
 // results are what such a loop waits for: CONTRIBUTING.md.)
 inline __mmask16 fp32_subnormal_lanes(__m512 x, bool daz) {
-  if (!daz) return _mm512_fpclass_ps_mask(x, 0x20);  // 0x20: denormal
+  if (!daz) [[likely]] {
+    return _mm512_fpclass_ps_mask(x, 0x20);  // 0x20: denormal
+  }
   const __m512i bits = _mm512_castps_si512(x);
   const __mmask16 zero_exponent = _mm512_testn_epi32_mask(bits, _mm512_set1_epi32(0x7f800000));
   return _mm512_mask_test_epi32_mask(zero_exponent, bits, _mm512_set1_epi32(0x7fffff));
+}
+
+// Whether any lane of x, or of y, is an fp32 subnormal (fp32_subnormal_lanes). The masks are moved
+// to general registers and tested there: gcc tests the masks themselves with kortestw, and on Zen 4
+// a bf16 relu over 1 Mi elements ran 8% faster without it (CONTRIBUTING.md).
+inline bool any_fp32_subnormal(__m512 x, __m512 y, bool daz) {
+  return (_cvtmask16_u32(fp32_subnormal_lanes(x, daz)) |
+          _cvtmask16_u32(fp32_subnormal_lanes(y, daz))) != 0;
+}
+inline bool any_fp32_subnormal(__m512 x, bool daz) {
+  return _cvtmask16_u32(fp32_subnormal_lanes(x, daz)) != 0;
 }
 #endif
 
