@@ -254,6 +254,69 @@ TEST_CASE("gpsimd: elementwise takes contiguous ranges as one-row tensors") {
   });
 }
 
+// x * 2 over n elements with the output `offset` bytes after the input modulo 4 KiB (the output
+// in a guarded buffer), so that the blocks go backward where 0 < offset < 2048 and forward
+// otherwise (detail::backward); with `in_place`, x is the output's own memory.
+template <class In, class Out>
+void check_direction(std::size_t n, std::size_t offset, bool in_place, const gpsimd::options& opt,
+                     const std::string& what) {
+  guarded_buffer<Out> y(n);
+  std::vector<std::byte> storage(n * sizeof(In) + 2 * 4096);
+  In* x = nullptr;
+  if constexpr (std::is_same_v<In, Out>) {
+    if (in_place) x = y.data();
+  }
+  if (x == nullptr) {
+    const auto page = (reinterpret_cast<std::uintptr_t>(storage.data()) + 4095) / 4096 * 4096;
+    const auto to = reinterpret_cast<std::uintptr_t>(y.data());
+    x = reinterpret_cast<In*>(page + (to - offset) % 4096);
+    CHECK_MESSAGE(gpsimd::detail::backward(x, y.data(), n) == (offset != 0 && offset < 2048), what);
+  }
+  std::mt19937_64 random(n + offset);
+  std::vector<In> values(n);
+  for (In& v : values) v = grid_value<In>(random);
+  std::copy(values.begin(), values.end(), x);
+  gpsimd::elementwise(twice, gpsimd::inputs(std::span<const In>(x, n)), gpsimd::outputs(y.span()),
+                      opt);
+  mismatches failures;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Out want = expected_output<Out>(2.0 * value_of(values[i]), opt.cast, i);
+    if (bits_of(y[i]) != bits_of(want)) {
+      failures.add(what, ": element ", i, " is ", value_of(y[i]), ", expected ", value_of(want));
+    }
+  }
+  CHECK_MESSAGE(failures.count() == 0, failures.count(), " mismatches\n", failures.text());
+}
+
+TEST_CASE("gpsimd: elementwise gives the same results backward and forward, and in place") {
+  const cast_options casts[] = {{}, {rounding::stochastic, overflow::standard, 7, 3}};
+  const auto check = [&]<class In, class Out>() {
+    for_each_isa([&](isa level) {
+      for (const cast_options& cast : casts) {
+        for (core_config config : quick_core_configs) {
+          const gpsimd::options opt = with_cores({.cast = cast}, config);
+          const std::string where = type_name<In>() + " -> " + type_name<Out>() + " " +
+                                    describe(level, config, cast) + " n ";
+          for (std::size_t n : {1u, 15u, 16u, 17u, 31u, 32u, 33u, 1000u, 4099u}) {
+            for (std::size_t offset : {0u, 4u, 64u, 1000u, 2044u, 2048u, 2052u, 4032u, 4092u}) {
+              check_direction<In, Out>(
+                  n, offset, false, opt,
+                  where + std::to_string(n) + " offset " + std::to_string(offset));
+            }
+            if constexpr (std::is_same_v<In, Out>) {
+              check_direction<In, Out>(n, 0, true, opt, where + std::to_string(n) + " in place");
+            }
+          }
+        }
+      }
+    });
+  };
+  check.operator()<float, float>();
+  check.operator()<bf16, bf16>();  // interleaved blocks
+  check.operator()<fp8_e4m3, fp8_e4m3>();
+  check.operator()<bf16, float>();
+}
+
 TEST_CASE("gpsimd: elementwise on tiles through their views") {
   tile<bf16, 5, 12> a;
   accum<5, 12> b;
