@@ -8,12 +8,16 @@
 // mask, an additive mask and a bool mask; nearest-even and stochastic rounding) runs over 37 rows
 // of 769 and of 4097 columns, in float, bf16 and fp8_e4m3, on the active ISA path, each output in
 // a buffer that ends right before an unreadable page.
+//
+// Large outputs are written with non-temporal stores (stream_threshold(), engine/lanes.hpp); the
+// same kernels give the same bits with them, in float, bf16, fp16 and fp8_e4m3.
 
 #include <doctest/doctest.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -34,9 +38,13 @@ using test::guarded_buffer;
 // A kernel's name and the bytes of one of its outputs.
 using named_bytes = std::pair<std::string, std::vector<unsigned char>>;
 
-// Every output of every kernel, run with the blocks as they are set now.
+// Every output of every kernel, run with the blocks as they are set now; a rows x cols output's
+// rows are `stride` elements apart (cols unless given), and `pad` elements lie between its end and
+// the unreadable page (compared too).
 template <class T>
-std::vector<named_bytes> outputs(std::size_t rows, std::size_t cols) {
+std::vector<named_bytes> outputs(std::size_t rows, std::size_t cols, std::size_t stride = 0,
+                                 std::size_t pad = 0) {
+  stride = stride != 0 ? stride : cols;
   const std::size_t n = rows * cols;
   std::mt19937_64 generator(cols);
   std::normal_distribution<float> normal(0.0f, 2.0f);
@@ -66,30 +74,33 @@ std::vector<named_bytes> outputs(std::size_t rows, std::size_t cols) {
                           std::vector<unsigned char>(bytes, bytes + sizes[k] * sizeof(T)));
     }
   };
-  const auto matrix = [&](auto& out, std::size_t k) { return view<T>(out[k]->data(), rows, cols); };
+  const auto matrix = [&](auto& out, std::size_t k) {
+    return view<T>(out[k]->data(), rows, cols, stride);
+  };
   const auto row = [&](auto& out, std::size_t k) { return view<T>(out[k]->data(), 1, cols); };
+  const std::size_t m = (rows - 1) * stride + cols + pad;  // a matrix output's buffer
 
-  run("layernorm", {n}, [&](auto& o) { layernorm(xv, gv, bv, matrix(o, 0), 1e-5f); });
-  run("layernorm, stochastic", {n},
+  run("layernorm", {m}, [&](auto& o) { layernorm(xv, gv, bv, matrix(o, 0), 1e-5f); });
+  run("layernorm, stochastic", {m},
       [&](auto& o) { layernorm(xv, gv, bv, matrix(o, 0), 1e-5f, stochastic); });
-  run("layernorm_backward, stochastic", {n, cols, cols}, [&](auto& o) {
+  run("layernorm_backward, stochastic", {m, cols, cols}, [&](auto& o) {
     layernorm_backward(dyv, xv, gv, matrix(o, 0), row(o, 1), row(o, 2), 1e-5f, stochastic);
   });
-  run("rmsnorm", {n}, [&](auto& o) { rmsnorm(xv, gv, matrix(o, 0), 1e-5f); });
-  run("rmsnorm, stochastic", {n},
+  run("rmsnorm", {m}, [&](auto& o) { rmsnorm(xv, gv, matrix(o, 0), 1e-5f); });
+  run("rmsnorm, stochastic", {m},
       [&](auto& o) { rmsnorm(xv, gv, matrix(o, 0), 1e-5f, stochastic); });
-  run("rmsnorm_backward", {n, cols},
+  run("rmsnorm_backward", {m, cols},
       [&](auto& o) { rmsnorm_backward(dyv, xv, gv, matrix(o, 0), row(o, 1), 1e-5f); });
-  run("softmax, scale 0.7", {n}, [&](auto& o) { softmax(xv, matrix(o, 0), {.scale = 0.7f}); });
-  run("softmax, stochastic", {n}, [&](auto& o) { softmax(xv, matrix(o, 0), {}, stochastic); });
-  run("softmax, additive mask", {n}, [&](auto& o) {
+  run("softmax, scale 0.7", {m}, [&](auto& o) { softmax(xv, matrix(o, 0), {.scale = 0.7f}); });
+  run("softmax, stochastic", {m}, [&](auto& o) { softmax(xv, matrix(o, 0), {}, stochastic); });
+  run("softmax, additive mask", {m}, [&](auto& o) {
     softmax(xv, view<const T>(additive.data(), rows, cols), matrix(o, 0), {.scale = 1.5f});
   });
-  run("softmax, bool mask", {n},
+  run("softmax, bool mask", {m},
       [&](auto& o) { softmax(xv, view<const bool>(keep.get(), rows, cols), matrix(o, 0)); });
-  run("softmax and softmax_backward", {n, n}, [&](auto& o) {
+  run("softmax and softmax_backward", {m, m}, [&](auto& o) {
     softmax(xv, matrix(o, 0));
-    softmax_backward(dyv, view<const T>(o[0]->data(), rows, cols), matrix(o, 1), {.scale = 0.7f});
+    softmax_backward(dyv, view<const T>(matrix(o, 0)), matrix(o, 1), {.scale = 0.7f});
   });
   return result;
 }
@@ -113,6 +124,59 @@ void same_bits_for_every_block_size(const char* format) {
       }
     }
   }
+}
+
+// set_stream_threshold(bytes) for the life of the object, then the default.
+class stream_threshold_of {
+ public:
+  explicit stream_threshold_of(std::size_t bytes) { set_stream_threshold(bytes); }
+  ~stream_threshold_of() { set_stream_threshold(std::nullopt); }
+  stream_threshold_of(const stream_threshold_of&) = delete;
+  stream_threshold_of& operator=(const stream_threshold_of&) = delete;
+};
+
+// The same outputs written with non-temporal stores (stream_threshold() 0) as without (SIZE_MAX).
+// Rows 4096 or 64 elements apart (a multiple of 64 bytes): of 4096 and 64 elements, which start
+// on 64-byte boundaries and are streamed whole; of 4090 and 57 elements, which end right before
+// the unreadable page and so start off a boundary, and are streamed from the first one on; and
+// of 4096 elements 16 bytes before that page (as a std::vector's start 16 bytes after a
+// boundary), each streamed from its first boundary on to its last, then a tail. Rows of 769
+// elements are not streamed.
+template <class T>
+void same_bits_streamed(const char* format) {
+  struct shape {
+    std::size_t rows, cols, stride, pad;
+  };
+  const std::size_t sixteen_bytes = 16 / sizeof(T);
+  for (const shape s :
+       {shape{37, 4096, 4096, 0}, shape{37, 4090, 4096, 0}, shape{5, 64, 64, 0},
+        shape{5, 57, 64, 0}, shape{37, 4096, 4096, sixteen_bytes}, shape{37, 769, 769, 0}}) {
+    const auto want = [&] {
+      const stream_threshold_of none(SIZE_MAX);
+      return outputs<T>(s.rows, s.cols, s.stride, s.pad);
+    }();
+    const stream_threshold_of every(0);
+    const auto got = outputs<T>(s.rows, s.cols, s.stride, s.pad);
+    REQUIRE(got.size() == want.size());
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      INFO(std::string(format), ", ", s.rows, "x", s.cols, ", stride ", s.stride, ", pad ", s.pad,
+           ": ", want[k].first);
+      CHECK(got[k].second == want[k].second);
+    }
+  }
+}
+
+TEST_CASE("the kernels give the same bits with non-temporal stores") {
+  CHECK(stream_threshold() == (std::size_t{16} << 20));
+  {
+    const stream_threshold_of every(0);
+    CHECK(stream_threshold() == 0);
+  }
+  CHECK(stream_threshold() == (std::size_t{16} << 20));
+  same_bits_streamed<float>("float");
+  same_bits_streamed<bf16>("bf16");
+  same_bits_streamed<fp16>("fp16");
+  same_bits_streamed<fp8_e4m3>("fp8_e4m3");
 }
 
 TEST_CASE("the kernels give the same bits for every block size") {

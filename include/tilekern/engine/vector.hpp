@@ -6,12 +6,13 @@
 //
 // Destinations come first. A destination is a writable view (a tile, a range), rounded to
 // nearest even, or `rounded(view, cast, first_index, index_stride)` for the caller's rounding
-// and stochastic indices. Sources are views of the destination's shape, one row (broadcast
-// down), one column (broadcast along: per-row values), a float, or an `affine` function of the
-// indices. A source of any other shape is a shape_error naming the operation and the argument,
-// thrown before anything is written. `column(view)` marks a column (or a 1 x 1 view) as one: the
-// same values, held in a register along each row, where a plain view (which the loop is compiled
-// for before its shape is known) is read from a row of scratch its value is copied into
+// and stochastic indices, or `streamed(rounded(...))` to write it with non-temporal stores (see
+// destination in engine/lanes.hpp). Sources are views of the destination's shape, one row
+// (broadcast down), one column (broadcast along: per-row values), a float, or an `affine` function
+// of the indices. A source of any other shape is a shape_error naming the operation and the
+// argument, thrown before anything is written. `column(view)` marks a column (or a 1 x 1 view) as
+// one: the same values, held in a register along each row, where a plain view (which the loop is
+// compiled for before its shape is known) is read from a row of scratch its value is copied into
 // (engine/lanes.hpp, along). Kernels pass their per-row statistics so.
 //
 //   map(dst, f, sources...)          dst = f(d, x...) lane by lane: f is generic over Highway
@@ -71,14 +72,20 @@ auto rounded(Tensor&& to, const cast_options& cast, std::uint64_t first_index = 
                                                                index_stride};
 }
 
+// `to` written with non-temporal stores (see destination in engine/lanes.hpp).
+template <class T>
+destination<T, true> streamed(const destination<T>& to) {
+  return {to.to, to.cast, to.first_index, to.index_stride};
+}
+
 namespace detail {
 
 using namespace tilekern::detail;  // NOLINT(google-build-using-namespace): the engine's own
 
 template <class T>
 struct is_destination : std::false_type {};
-template <class T>
-struct is_destination<destination<T>> : std::true_type {};
+template <class T, bool Streamed>
+struct is_destination<destination<T, Streamed>> : std::true_type {};
 
 template <class Tensor>
 auto as_destination(Tensor&& to) {
@@ -563,3 +570,26 @@ void bn_aggr(MeanVar&& mean_var, const Stats& stats) {
 }
 
 }  // namespace tilekern::vector
+
+namespace tilekern::detail {
+
+// write(destination, c, k) for columns c to c + k of `rows`, whole rows of a kernel's output y
+// whose first element is element `first` of y, rounded with `cast`: all of them with plain
+// stores; or, where `streamed` (streams(y)), with non-temporal stores (destination in
+// engine/lanes.hpp) from the first column on a 64-byte boundary on, and those before it with
+// plain stores (a std::vector's elements start 16 bytes after one).
+template <class Y, class Write>
+void write_rounded(view<Y> rows, const cast_options& cast, std::uint64_t first, bool streamed,
+                   Write&& write) {
+  const std::size_t cols = rows.cols();
+  const auto columns = [&](std::size_t c, std::size_t k) {
+    return vector::rounded(rows.block(0, c, rows.rows(), k), cast, first + c, cols);
+  };
+  const std::size_t before = (64 - reinterpret_cast<std::uintptr_t>(rows.data()) % 64) % 64;
+  if (!streamed || before % sizeof(Y) != 0) return write(columns(0, cols), 0, cols);
+  const std::size_t head = std::min(cols, before / sizeof(Y));
+  if (head > 0) write(columns(0, head), 0, head);
+  if (head < cols) write(vector::streamed(columns(head, cols - head)), head, cols - head);
+}
+
+}  // namespace tilekern::detail

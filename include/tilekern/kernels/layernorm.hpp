@@ -241,6 +241,7 @@ void layernorm_views(view<const X> x, view<const G> gamma, view<const B> beta, v
   const std::size_t block = std::min(rows, norm_block_rows<X>(cols));
   norm_scratch<float, 40> columns(8 * block + 1);  // every value written before it is read
   norm_scratch<double, 8> sums(2 * block);
+  const bool streamed = streams(y);
   for (std::size_t r0 = 0; r0 < rows; r0 += block) {
     const std::size_t n = std::min(block, rows - r0);
     const auto column = [&](std::size_t k) { return norm_column(columns.data() + k * block, n); };
@@ -253,25 +254,28 @@ void layernorm_views(view<const X> x, view<const G> gamma, view<const B> beta, v
     const view<float> low_rstd = column(7);
     for (std::size_t r = 0; r < n; ++r) low_rstd(r, 0) = stats.low(r, 0) * stats.rstd(r, 0);
     norm_runs(stats.scale, [&](std::size_t a, std::size_t m, bool scaled) {
-      const auto to = vector::rounded(y.block(r0 + a, 0, m, cols), cast, (r0 + a) * cols, cols);
       const auto rows_of = [&](view<float> c) { return norm_per_row(c.block(a, 0, m, 1)); };
-      if (scaled) {
-        vector::map(
-            to,
-            [](auto, auto v, auto s, auto mean, auto rstd, auto low_rstd, auto g, auto b) {
-              return hn::MulAdd(hn::MulSub(hn::MulSub(v, s, mean), rstd, low_rstd), g, b);
-            },
-            xb.block(a, 0, m, cols), rows_of(stats.scale), rows_of(stats.shift),
-            rows_of(stats.rstd), rows_of(low_rstd), gamma, beta);
-      } else {
-        vector::map(
-            to,
-            [](auto, auto v, auto mean, auto rstd, auto low_rstd, auto g, auto b) {
-              return hn::MulAdd(hn::MulSub(v - mean, rstd, low_rstd), g, b);
-            },
-            xb.block(a, 0, m, cols), rows_of(stats.shift), rows_of(stats.rstd), rows_of(low_rstd),
-            gamma, beta);
-      }
+      const auto normalise = [&](const auto& to, std::size_t c, std::size_t k) {
+        const auto xk = xb.block(a, c, m, k);
+        const auto gk = gamma.block(0, c, 1, k), bk = beta.block(0, c, 1, k);
+        if (scaled) {
+          vector::map(
+              to,
+              [](auto, auto v, auto s, auto mean, auto rstd, auto low_rstd, auto g, auto b) {
+                return hn::MulAdd(hn::MulSub(hn::MulSub(v, s, mean), rstd, low_rstd), g, b);
+              },
+              xk, rows_of(stats.scale), rows_of(stats.shift), rows_of(stats.rstd),
+              rows_of(low_rstd), gk, bk);
+        } else {
+          vector::map(
+              to,
+              [](auto, auto v, auto mean, auto rstd, auto low_rstd, auto g, auto b) {
+                return hn::MulAdd(hn::MulSub(v - mean, rstd, low_rstd), g, b);
+              },
+              xk, rows_of(stats.shift), rows_of(stats.rstd), rows_of(low_rstd), gk, bk);
+        }
+      };
+      write_rounded(y.block(r0 + a, 0, m, cols), cast, (r0 + a) * cols, streamed, normalise);
     });
   }
 }

@@ -414,6 +414,7 @@ void rmsnorm_views(view<const X> x, view<const G> gamma, view<Y> y, float eps,
   const std::size_t block = std::min(rows, norm_block_rows<X>(cols));
   norm_scratch<float, 16> columns(3 * block + 1);  // every value written before it is read
   norm_scratch<double, 4> sums(block);
+  const bool streamed = streams(y);
   for (std::size_t r0 = 0; r0 < rows; r0 += block) {
     const std::size_t n = std::min(block, rows - r0);
     const rms_columns stats{norm_column(columns.data(), n), norm_column(columns.data() + block, n),
@@ -421,17 +422,20 @@ void rmsnorm_views(view<const X> x, view<const G> gamma, view<Y> y, float eps,
     const view<const X> xb = x.block(r0, 0, n, cols);
     rms_statistics(xb, eps, stats, sums.data(), columns.data() + 3 * block);
     norm_runs(stats.scale, [&](std::size_t a, std::size_t m, bool scaled) {
-      const auto to = vector::rounded(y.block(r0 + a, 0, m, cols), cast, (r0 + a) * cols, cols);
       const auto rstd = norm_per_row(stats.rstd.block(a, 0, m, 1));
-      if (scaled) {
-        vector::map(
-            to, [](auto, auto v, auto s, auto r, auto g) { return v * s * r * g; },
-            xb.block(a, 0, m, cols), norm_per_row(stats.scale.block(a, 0, m, 1)), rstd, gamma);
-      } else {
-        vector::map(
-            to, [](auto, auto v, auto r, auto g) { return v * r * g; }, xb.block(a, 0, m, cols),
-            rstd, gamma);
-      }
+      const auto normalise = [&](const auto& to, std::size_t c, std::size_t k) {
+        const auto xk = xb.block(a, c, m, k);
+        const auto gk = gamma.block(0, c, 1, k);
+        if (scaled) {
+          vector::map(
+              to, [](auto, auto v, auto s, auto r, auto g) { return v * s * r * g; }, xk,
+              norm_per_row(stats.scale.block(a, 0, m, 1)), rstd, gk);
+        } else {
+          vector::map(
+              to, [](auto, auto v, auto r, auto g) { return v * r * g; }, xk, rstd, gk);
+        }
+      };
+      write_rounded(y.block(r0 + a, 0, m, cols), cast, (r0 + a) * cols, streamed, normalise);
     });
   }
 }

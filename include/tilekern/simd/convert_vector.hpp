@@ -340,10 +340,23 @@ constexpr bool uses_bf16_instruction() {
 #endif
 }
 
+// v stored at out: with a plain store, or (Streamed) a non-temporal one where v is a whole vector
+// of 16, 32 or 64 bytes, which `out` must then be aligned to (a smaller one, whose non-temporal
+// store would write 16 bytes, takes a plain store).
+template <bool Streamed, class DS, class T>
+HWY_INLINE void store_lanes(hn::Vec<DS> v, DS d, T* out) {
+  if constexpr (Streamed && hn::MaxLanes(DS()) * sizeof(hn::TFromD<DS>) >= 16) {
+    hn::Stream(v, d, out);
+  } else {
+    hn::StoreU(v, d, out);
+  }
+}
+
 // One block of fp32 lanes of `D` to F's codes, rounding in `Mode`, with the overflow mode, seed and
 // stream of the cast_options it was made with: the per-block work of encode_vector, which the
-// gpsimd engine also calls on the results of user code.
-template <minifloat_format F, class D, rounding Mode>
+// gpsimd engine also calls on the results of user code. Streamed: the codes go out with
+// non-temporal stores (store_lanes), which need `out` aligned to the bytes stored.
+template <minifloat_format F, class D, rounding Mode, bool Streamed = false>
 class vector_encoder {
  public:
   using storage = typename F::storage_type;
@@ -371,7 +384,7 @@ class vector_encoder {
       if (!x86::any_fp32_subnormal(even.raw, odd.raw, daz_)) [[likely]] {
         const hn::Vec<decltype(dcodes)> codes{
             x86::bf16_interleaved_from_float_nearest(even.raw, odd.raw)};
-        hn::StoreU(saturate_infinity(codes), dcodes, out);
+        store_lanes<Streamed>(saturate_infinity(codes), dcodes, out);
         return;
       }
     }
@@ -379,7 +392,7 @@ class vector_encoder {
     const auto [even_codes, odd_codes] = codes_in_high_halves<2>(even, odd, index, index + 1);
     const auto codes = hn::OddEven(hn::BitCast(dcodes, odd_codes),  // high halves: odd elements
                                    hn::BitCast(dcodes, hn::ShiftRight<16>(even_codes)));
-    hn::StoreU(saturate_infinity(codes), dcodes, out);
+    store_lanes<Streamed>(saturate_infinity(codes), dcodes, out);
   }
 
   // Stores the codes of two blocks of 8 bf16 elements in order, first's from index on, then
@@ -394,7 +407,7 @@ class vector_encoder {
     const hn::Repartition<storage, DU> dcodes;
     const hn::Vec<decltype(dcodes)> codes{
         x86::bf16_from_high_halves(first_codes.raw, second_codes.raw)};
-    hn::StoreU(saturate_infinity(codes), dcodes, out);
+    store_lanes<Streamed>(saturate_infinity(codes), dcodes, out);
   }
 
   // Stores the codes of x, the elements with indices index, index + 1, ..., at out.
@@ -410,7 +423,7 @@ class vector_encoder {
       }
       const hn::Vec<DS> codes{
           x86::bf16_from_high_halves(x86::bf16_codes_in_high_halves(bits.raw, increment.raw))};
-      hn::StoreU(saturate_infinity(codes), dstorage_, out);
+      store_lanes<Streamed>(saturate_infinity(codes), dstorage_, out);
     } else if constexpr (Mode == rounding::stochastic) {
       const auto random = random_lanes(du_, key_, lane_steps_, index);
       encode_truncating(x, out, round_stochastic<hn::Vec<DU>>{random});
@@ -418,7 +431,7 @@ class vector_encoder {
       encode_truncating(x, out, round_toward_zero());
     } else if constexpr (std::is_same_v<F, fp16>) {
       const hn::Vec<DS> codes{x86::fp16_from_float_nearest(x.raw)};
-      hn::StoreU(saturate_infinity(codes), dstorage_, out);
+      store_lanes<Streamed>(saturate_infinity(codes), dstorage_, out);
     } else if constexpr (uses_bf16_instruction<F, D>()) {
 #if defined(__AVX512BF16__)
       if (x86::any_fp32_subnormal(x.raw, daz_)) [[unlikely]] {
@@ -426,7 +439,7 @@ class vector_encoder {
         return;
       }
       const hn::Vec<DS> codes{x86::bf16_from_float_nearest(x.raw)};
-      hn::StoreU(saturate_infinity(codes), dstorage_, out);
+      store_lanes<Streamed>(saturate_infinity(codes), dstorage_, out);
 #endif
     } else {
       encode_generic(x, out, round_nearest_even());
@@ -492,9 +505,10 @@ class vector_encoder {
         const auto magnitude = codes & hn::Set(du_, F::magnitude_mask);
         codes = codes + hn::VecFromMask(du_, magnitude == hn::Set(du_, F::infinity_code));
       }
-      hn::StoreU(narrow(hn::ShiftLeft<F::padding_bits>(codes)), dstorage_, out);
+      store_lanes<Streamed>(narrow(hn::ShiftLeft<F::padding_bits>(codes)), dstorage_, out);
     } else {
-      hn::StoreU(narrow(encode_lanes<F>(du_, bits, round, overflow_code_)), dstorage_, out);
+      store_lanes<Streamed>(narrow(encode_lanes<F>(du_, bits, round, overflow_code_)), dstorage_,
+                            out);
     }
   }
 
@@ -515,7 +529,8 @@ class vector_encoder {
                   magnitude + increment < hn::Set(du_, overflow_bits));
       if (hn::AllTrue(du_, hn::Or(in_range, magnitude == hn::Zero(du_)))) {
         const auto rounded = hn::BitCast(D(), hn::BitCast(du_, x) + increment);
-        hn::StoreU(hn::Vec<DS>{x86::fp16_from_float_toward_zero(rounded.raw)}, dstorage_, out);
+        store_lanes<Streamed>(hn::Vec<DS>{x86::fp16_from_float_toward_zero(rounded.raw)}, dstorage_,
+                              out);
         return;
       }
     }
