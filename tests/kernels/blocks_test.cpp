@@ -9,9 +9,10 @@
 // of 769 and of 4097 columns, in float, bf16 and fp8_e4m3, on the active ISA path, each output in
 // a buffer that ends right before an unreadable page.
 //
-// layernorm and rmsnorm write large outputs with non-temporal stores (stream_threshold(),
-// engine/lanes.hpp); with the threshold at 0, every kernel here gives the same bits as with none,
-// in float, bf16, fp16 and fp8_e4m3.
+// layernorm, rmsnorm and softmax (into formats other than float) write large outputs with
+// non-temporal stores (stream_threshold(), engine/lanes.hpp), the whole 64-byte lines of each row;
+// with the threshold at 0, every kernel here gives the same bits as with none, in float, bf16,
+// fp16 and fp8_e4m3.
 
 #include <doctest/doctest.h>
 
@@ -137,11 +138,12 @@ class stream_threshold_of {
 };
 
 // The same outputs written with non-temporal stores (stream_threshold() 0) as without (SIZE_MAX).
-// Rows 4096 or 64 elements apart (a multiple of 64 bytes): of 4096 and 64 elements, which start
-// on 64-byte boundaries and are streamed whole; of 4090 and 57 elements, which end right before
-// the unreadable page and so start off a boundary, and are streamed from the first one on; and
-// of 4096 elements 16 bytes before that page (as a std::vector's start 16 bytes after a
-// boundary), each streamed from its first boundary on to its last, then a tail. Rows of 769
+// A streamed row is written with plain stores before its first 64-byte boundary and after its
+// last, and with non-temporal ones between (write_rounded). Rows 4096 or 64 elements apart (a
+// multiple of 64 bytes): of 4096 and 64 elements, on boundaries at both ends; of 4090 and 57
+// elements right before the unreadable page, which start off a boundary and end on one; of 4090
+// elements 6 before that page, which start on one and end off one; and of 4096 elements 16 bytes
+// before it (as a std::vector starts 16 bytes after a boundary), off at both ends. Rows of 769
 // elements are not streamed.
 template <class T>
 void same_bits_streamed(const char* format) {
@@ -149,9 +151,9 @@ void same_bits_streamed(const char* format) {
     std::size_t rows, cols, stride, pad;
   };
   const std::size_t sixteen_bytes = 16 / sizeof(T);
-  for (const shape s :
-       {shape{37, 4096, 4096, 0}, shape{37, 4090, 4096, 0}, shape{5, 64, 64, 0},
-        shape{5, 57, 64, 0}, shape{37, 4096, 4096, sixteen_bytes}, shape{37, 769, 769, 0}}) {
+  for (const shape s : {shape{37, 4096, 4096, 0}, shape{37, 4090, 4096, 0}, shape{5, 64, 64, 0},
+                        shape{5, 57, 64, 0}, shape{37, 4090, 4096, 6},
+                        shape{37, 4096, 4096, sixteen_bytes}, shape{37, 769, 769, 0}}) {
     const auto want = [&] {
       const stream_threshold_of none(SIZE_MAX);
       return outputs<T>(s.rows, s.cols, s.stride, s.pad);

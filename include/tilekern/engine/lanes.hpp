@@ -338,8 +338,10 @@ struct no_output {};
 // A Streamed destination (vector::streamed) is written with non-temporal stores, which do not
 // read the cache lines they write and do not keep them in the caches: for an output larger than
 // the caches (stream_threshold()), whose lines would otherwise be read from memory first. The
-// bits are the same. Only whole vectors of 16 bytes or more go so, and only where the rows start
-// on 64-byte boundaries (the first element and the stride); otherwise it is written as usual.
+// bits are the same. Only vectors of 16 bytes or more go so, and only where the rows are whole
+// 64-byte lines (the first element, the stride and the row's length); otherwise it is written as
+// usual. So no row ends in a partial vector, which would be encoded into a staging array on the
+// stack first: streamed there, it was read back from memory (about 0.4 us a row).
 // Streamed is a compile-time flag: with a run-time one, gcc 12 compiled the plain row loops
 // differently, and layernorm bf16 1576x768 took 25-35% longer.
 template <class T, bool Streamed = false>
@@ -358,10 +360,10 @@ inline std::atomic<std::size_t>& stream_threshold_setting() {
 }
 }  // namespace detail
 
-// The size of output from which layernorm and rmsnorm write it with non-temporal stores
-// (destination): 16 MiB unless set_stream_threshold() said otherwise. On the machine it was
-// measured on (32 MiB of L3), a copy loop with non-temporal stores was 10% slower than one with
-// plain stores at 8 MiB, 20% faster at 12 MiB and 1.4-1.8x as fast at 32 MiB.
+// The size of output from which layernorm, rmsnorm and softmax (not into float) write it with
+// non-temporal stores (destination): 16 MiB unless set_stream_threshold() said otherwise. On the
+// machine it was measured on (32 MiB of L3), a copy loop with non-temporal stores was 10% slower
+// than one with plain stores at 8 MiB, 20% faster at 12 MiB and 1.4-1.8x as fast at 32 MiB.
 inline std::size_t stream_threshold() {
   return detail::stream_threshold_setting().load();
 }
@@ -436,7 +438,8 @@ class lane_store {
   // The first n < lanes of them.
   HWY_INLINE void store_tail(D d, hn::Vec<D> x, std::size_t r, std::size_t c, std::size_t n) const {
     if constexpr (!std::is_same_v<T, no_output>) {
-      // Streamed: aligned, as the encoder's non-temporal stores need.
+      // Streamed: not reached (map_rows streams whole lines), but aligned for the encoder's
+      // non-temporal stores all the same.
       alignas(Streamed ? 64 : alignof(T)) T staged[hn::MaxLanes(D())] = {};
       encode(d, x, staged, index(r, c));
       std::copy_n(staged, n, to_.data() + r * to_.stride() + c);
@@ -699,7 +702,7 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
   const std::size_t rows = to.to.rows(), cols = to.to.cols();
   if constexpr (Streamed) {
     const auto at_64 = [](std::size_t bytes) { return bytes % 64 == 0; };
-    if (!at_64(reinterpret_cast<std::uintptr_t>(to.to.data())) ||
+    if (!at_64(reinterpret_cast<std::uintptr_t>(to.to.data())) || !at_64(cols * sizeof(Out)) ||
         !(rows <= 1 || at_64(to.to.stride() * sizeof(Out)))) {
       return map_rows<Reduce, Op>(destination<Out>{to.to, to.cast, to.first_index, to.index_stride},
                                   sums, f, operands...);

@@ -575,9 +575,10 @@ namespace tilekern::detail {
 
 // write(destination, c, k) for columns c to c + k of `rows`, whole rows of a kernel's output y
 // whose first element is element `first` of y, rounded with `cast`: all of them with plain
-// stores; or, where `streamed` (streams(y)), with non-temporal stores (destination in
-// engine/lanes.hpp) from the first column on a 64-byte boundary on, and those before it with
-// plain stores (a std::vector's elements start 16 bytes after one).
+// stores; or, where `streamed` (streams(y)), the columns that fill whole 64-byte lines with
+// non-temporal stores (destination in engine/lanes.hpp), and those before the first line and
+// after the last with plain stores (a std::vector's elements start 16 bytes after a line; a
+// streamed destination streams only rows of whole lines).
 template <class Y, class Write>
 void write_rounded(view<Y> rows, const cast_options& cast, std::uint64_t first, bool streamed,
                    Write&& write) {
@@ -585,11 +586,15 @@ void write_rounded(view<Y> rows, const cast_options& cast, std::uint64_t first, 
   const auto columns = [&](std::size_t c, std::size_t k) {
     return vector::rounded(rows.block(0, c, rows.rows(), k), cast, first + c, cols);
   };
-  const std::size_t before = (64 - reinterpret_cast<std::uintptr_t>(rows.data()) % 64) % 64;
+  const auto line_offset = [](const Y* p) { return reinterpret_cast<std::uintptr_t>(p) % 64; };
+  const std::size_t before = (64 - line_offset(rows.data())) % 64;
   if (!streamed || before % sizeof(Y) != 0) return write(columns(0, cols), 0, cols);
   const std::size_t head = std::min(cols, before / sizeof(Y));
+  const std::size_t tail = std::min(cols - head, line_offset(rows.data() + cols) / sizeof(Y));
+  const std::size_t lines = cols - head - tail;
   if (head > 0) write(columns(0, head), 0, head);
-  if (head < cols) write(vector::streamed(columns(head, cols - head)), head, cols - head);
+  if (lines > 0) write(vector::streamed(columns(head, lines)), head, lines);
+  if (tail > 0) write(columns(head + lines, tail), head + lines, tail);
 }
 
 }  // namespace tilekern::detail

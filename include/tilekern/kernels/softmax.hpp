@@ -20,7 +20,9 @@
 //   e = exp(scale * x - m) 2^64, sums = row sums of e   softmax_exp (below) in one engine pass
 //                                                 with its row sums, into y when y is float,
 //                                                 else an fp32 scratch block
-//   y = e * (1 / sum)                             vector::mul into rounded(y block)
+//   y = e * (1 / sum)                             vector::mul into rounded(y block); with
+//                                                 non-temporal stores where y is large and not
+//                                                 float (stream_threshold(), engine/lanes.hpp)
 // With a mask the scores are first written into the scratch block (vector::map), then the same
 // three passes run over it. The backward is two passes: dot = row_sum_of(dy * y), then
 // dx = scale * y * (dy - dot) (vector::map).
@@ -198,6 +200,10 @@ void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
   const std::size_t block_rows = softmax_block_rows<X>(rows, cols);
   // Scores with a mask, exponentials without one, unless they can go straight into y.
   softmax_scratch scratch(block_rows, cols, !float_out);
+  // The last pass writes a large y with non-temporal stores (write_rounded). Not a float y: the
+  // exponentials go into it, and streaming would need them in scratch, one more pass (fp32
+  // 4096x4096 took 10% longer so).
+  const bool streamed = !float_out && streams(y);
   constexpr float minus_infinity = -std::numeric_limits<float>::infinity();
 
   for (std::size_t r0 = 0; r0 < rows; r0 += block_rows) {
@@ -266,8 +272,10 @@ void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
                     ? std::numeric_limits<float>::quiet_NaN()
                     : 1.0f / sums[r];
     }
-    vector::mul(vector::rounded(y_block, cast, r0 * cols, cols), work,
-                vector::column(column_view(sums, n)));
+    write_rounded(y_block, cast, r0 * cols, streamed,
+                  [&](const auto& to, std::size_t c, std::size_t k) {
+                    vector::mul(to, work.block(0, c, n, k), vector::column(column_view(sums, n)));
+                  });
   }
 }
 
