@@ -27,7 +27,8 @@
 //   3. rstd = 1 / sqrt(m2 / cols + eps) in fp64, rounded once to fp32
 //   4. xhat = (x - shift) * rstd - low * rstd,  vector::map (two fused multiply-adds; low * rstd
 //      y = xhat * gamma + beta                 one fp32 value per row), rounded with the caller's
-//                                              cast_options
+//                                              cast_options; a large y with non-temporal stores
+//                                              (write_rounded, stream_threshold())
 // Why the one pass holds: s2 = m2 + s1^2 / cols, so where the mean is kept s2 <= 9/8 m2 and the
 // subtraction loses under a bit. c is the mean of 64 of the row's own elements, so (by
 // Cauchy-Schwarz) s1^2 / cols <= cols / 64 * m2 always, and for rows of independent values

@@ -17,7 +17,9 @@
 // second pass:
 //   1. sums[r] = sum_c x^2                 vector::row_sum_of, per chunk of 1024 columns
 //   2. rstd[r] = 1 / sqrt(sums[r] / cols + eps)   fp64, rounded once to fp32
-//   3. y = x * rstd * gamma                vector::map, rounded with the caller's cast_options
+//   3. y = x * rstd * gamma                vector::map, rounded with the caller's cast_options;
+//                                          a large y with non-temporal stores (write_rounded,
+//                                          stream_threshold())
 // The backward adds a row sum of g * xhat and a column sum (vector::col_sum_of, rows in order, in
 // fp32 across all blocks) for dgamma, encoded into dgamma at the end.
 //
