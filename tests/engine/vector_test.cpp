@@ -315,6 +315,65 @@ TEST_CASE("vector: map with a float source") {
       out, [](std::size_t, std::size_t) { return 6.0f; }, "map sqrt(6.25) + 2.5 + 1");
 }
 
+// A float map whose rows start anywhere in a line: where the destination's row and its first
+// source's start at the same place, the row loop computes the elements up to the next line as
+// one masked block and the rest from there (engine/lanes.hpp, masked_ends), so every element must
+// come out as it would from any block, here fma(x, the row's value, the column's g), bit for bit:
+// every offset of the rows in a line, the source at the same offset, at the next one and in
+// place, contiguous and strided rows, lengths around a block, on every path. The buffers have 16
+// floats to spare and end at an unreadable page: the tensors start 0 to 16 floats into them (16:
+// they end at the page), and the floats around the destination are checked untouched.
+TEST_CASE("vector: a float map gives the same bits wherever its rows start in a line") {
+  const std::size_t rows = 3, spare = 16;
+  constexpr float untouched = 7.0f;
+  for (std::size_t cols : {1, 5, 7, 8, 9, 15, 16, 17, 23, 31, 33, 47, 100, 767}) {
+    for (std::size_t stride : {cols, cols + 3}) {
+      const std::size_t n = (rows - 1) * stride + cols;
+      std::vector<float> x0(n), column(rows), g(cols);
+      std::mt19937 random(static_cast<unsigned>(cols * 7 + stride));
+      std::uniform_real_distribution<float> uniform(-4.0f, 4.0f);
+      for (float& v : x0) v = uniform(random);
+      for (float& v : column) v = uniform(random);
+      for (float& v : g) v = uniform(random);
+      for (std::size_t offset = 0; offset <= spare; ++offset) {
+        for (const char* source : {"same offset", "next offset", "in place"}) {
+          const bool in_place = source[0] == 'i';
+          const std::size_t x_offset = source[0] == 'n' ? (offset + 1) % (spare + 1) : offset;
+          for_each_isa([&](isa level) {
+            guarded_buffer<float> y_buffer(n + spare), x_buffer(n + spare);
+            std::fill_n(y_buffer.data(), n + spare, untouched);
+            float* const y = y_buffer.data() + offset;
+            float* const x = in_place ? y : x_buffer.data() + x_offset;
+            for (std::size_t r = 0; r < rows; ++r) {
+              std::copy_n(x0.begin() + static_cast<std::ptrdiff_t>(r * stride), cols,
+                          x + r * stride);
+            }
+            vector::map(
+                view<float>(y, rows, cols, stride),
+                [](auto, auto v, auto c, auto w) { return hn::MulAdd(v, c, w); },
+                view<const float>(x, rows, cols, stride),
+                vector::column(view<const float>(column.data(), rows, 1, 1)),
+                view<const float>(g.data(), 1, cols));
+            std::size_t wrong = 0;
+            for (std::size_t i = 0; i < n + spare; ++i) {
+              const std::size_t r = (i - offset) / stride, c = (i - offset) % stride;
+              if (i >= offset && i < offset + n && c < cols) {
+                const float want = std::fma(x0[r * stride + c], column[r], g[c]);
+                wrong += bits_of(y_buffer[i]) != bits_of(want);
+              } else {
+                wrong += y_buffer[i] != untouched;
+              }
+            }
+            CHECK_MESSAGE(wrong == 0, rows, "x", cols, " stride ", stride, ", ", offset,
+                          " floats into the buffer, source at the ", std::string(source), ", ",
+                          std::string(name(level)), ": ", wrong, " floats wrong");
+          });
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // select, affine_select, iota, transpose.
 

@@ -172,6 +172,11 @@ struct operand {
       if constexpr (Kind == along::constant) return splat;
       if constexpr (Kind != along::constant) return load_partial(d, row + c, n);
     }
+    // Lanes c..c+n-1 of a float row, zeros after, by a masked load (no staging through memory).
+    HWY_INLINE hn::Vec<D> load_masked(D d, std::size_t c, std::size_t n) const {
+      if constexpr (Kind == along::constant) return splat;
+      if constexpr (Kind != along::constant) return hn::MaskedLoad(hn::FirstN(d, n), d, row + c);
+    }
     // Block K (0 or 1) of the two from c on, interleaved (see map_rows): bf16 codes as they
     // are, a float row from its copy in that order (with_interleaved_rows). One block at a time,
     // not the pair: gcc 12 stored a pair of a constant's splats to the stack on every block.
@@ -435,6 +440,15 @@ class lane_store {
     }
 #endif
   }
+  // Row r.
+  HWY_INLINE T* row(std::size_t r) const {
+    return to_.data() + r * to_.stride();
+  }
+  // Lanes c..c+n-1 of a float row, by a masked store.
+  HWY_INLINE void store_masked(D d, hn::Vec<D> x, std::size_t r, std::size_t c,
+                               std::size_t n) const {
+    hn::BlendedStore(x, hn::FirstN(d, n), d, row(r) + c);
+  }
   // The first n < lanes of them.
   HWY_INLINE void store_tail(D d, hn::Vec<D> x, std::size_t r, std::size_t c, std::size_t n) const {
     if constexpr (!std::is_same_v<T, no_output>) {
@@ -694,6 +708,27 @@ void with_interleaved_rows(D, std::size_t cols, Body&& body, const Operands&... 
   std::apply([&](const auto&... ordered) { body(reading(operands, ordered)...); }, copies);
 }
 
+// How many floats from `row` on come before the first that starts a block's bytes on lanes D
+// (lanes x 4, at most a 64-byte line); 0 where the row starts there or is not aligned to 4 bytes.
+template <class D>
+std::size_t line_head(const float* row) {
+  constexpr std::size_t bytes = std::min<std::size_t>(64, hn::MaxLanes(D()) * sizeof(float));
+  const auto address = reinterpret_cast<std::uintptr_t>(row);
+  if (address % sizeof(float) != 0) return 0;
+  return (bytes - address % bytes) % bytes / sizeof(float);
+}
+
+// Whether map_rows reads and writes the partial blocks of a row (its head, up to its first line,
+// and its tail) with masked loads and stores, not through staging: an elementwise operation (no
+// reduction) from float rows and constants into a float destination, on 8 or 16 lanes, not
+// streamed (streamed rows start on a line).
+template <class Op>
+constexpr bool float_or_constant =
+    Op::kind == along::constant || std::is_same_v<typename Op::element, float>;
+template <bool Reduce, bool Streamed, class Out, class D, class... Operands>
+constexpr bool masked_ends = !Reduce && !Streamed && std::is_same_v<Out, float> &&
+                             hn::MaxLanes(D()) > 1 && (float_or_constant<Operands> && ...);
+
 // The row loop of every elementwise operation: for each element (r, c) of `to`,
 //   x = f(d, lanes of each operand),  to(r, c) = x rounded,  and with Reduce,
 //   sums[r] = the reduction Op of x over the row (fp32, before rounding).
@@ -773,6 +808,24 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
         reduce(x, chain);
       };
       std::size_t c = 0;
+      constexpr bool masked = masked_ends<Reduce, Streamed, Out, D, Operands...>;
+      if constexpr (masked) {
+        // A row that starts off a line at the same place as the first row it reads (as large
+        // buffers from glibc's malloc do, 16 bytes past one; or in place): its first elements as
+        // one block, so that every whole block after them is loaded and stored within a line, not
+        // split across two. Each element's result is the same in any block; a reduction's partial
+        // sums would not be.
+        const float* first = nullptr;
+        std::apply([&](const auto&... cursor) { ((first = first ? first : cursor.row), ...); },
+                   cursors);
+        const std::size_t head = line_head<D>(out.row(r));
+        if (head > 0 && head + lanes <= cols && first != nullptr && line_head<D>(first) == head) {
+          out.store_masked(
+              d, compute([&](const auto& cursor) { return cursor.load_masked(d, 0, head); }), r, 0,
+              head);
+          c = head;
+        }
+      }
       if constexpr (decltype(interleave)::value && Reduce) {
         // Rounds of `slots` elements by pairs of blocks: lane j of the pair from `at` on holds
         // element at + 2j in the first block, summed into `chain`, and at + 2j + 1 in the
@@ -825,7 +878,13 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
       }
       std::size_t chain = 0;  // a reduction's rounds end at a multiple of slots
       for (; c + lanes <= cols; c += lanes, ++chain) block(c, chain);
-      if (c < cols) {
+      if constexpr (masked) {
+        if (c < cols) {
+          const std::size_t n = cols - c;
+          out.store_masked(
+              d, compute([&](const auto& cursor) { return cursor.load_masked(d, c, n); }), r, c, n);
+        }
+      } else if (c < cols) {
         const std::size_t n = cols - c;
         const auto x = compute([&](const auto& cursor) { return cursor.load_tail(d, c, n); });
         if constexpr (values == 1) out.store_tail(d, x, r, c, n);
