@@ -863,6 +863,35 @@ TEST_CASE("vector: row reductions of bf16 count every element once, at every len
   }
 }
 
+// A float row's sum keeps element c in partial c % 64, after the other elements of that partial,
+// in element order, on every path (engine/lanes.hpp, reduce_slots): the whole rounds of 64, the
+// blocks after them and the tail alike. The partials c % 64 and (c + 32) % 64 are combined first
+// on every path. Row c - 64 of the test holds 2^25 at column c - 64, 1 at column c and -2^25 at
+// column c - 32: in its partial the 1 meets 2^25 and is lost (2^25 + 1 rounds to 2^25), and the
+// partner partial cancels 2^25, so the sum is exactly 0. An element summed into another partial
+// leaves a 1 (or 2^25) behind.
+TEST_CASE("vector: row_sum sums element c into partial c % 64, at every position") {
+  constexpr float big = 0x1p25f;
+  for (std::size_t cols : {65, 79, 80, 96, 127, 128, 129, 143, 191, 192, 200, 767, 769}) {
+    const std::size_t rows = cols - 64;
+    tensor<float> x(rows, cols, cols + 1);
+    x.fill(0.0f);
+    for (std::size_t c = 64; c < cols; ++c) {
+      x(c - 64, c - 64) = big;
+      x(c - 64, c - 32) = -big;
+      x(c - 64, c) = 1.0f;
+    }
+    for_each_isa([&](isa level) {
+      std::vector<float> sums(rows);
+      vector::row_sum(sums, x.cv());
+      std::size_t wrong = 0;
+      for (const float sum : sums) wrong += sum != 0.0f;
+      CHECK_MESSAGE(wrong == 0, cols, " columns, ", std::string(name(level)), ": ", wrong,
+                    " rows whose 1 went into another partial");
+    });
+  }
+}
+
 // row_max and row_min of a 16-bit format compare codes as integers (engine/vector.hpp,
 // reduce_codes). Every code of the format stands in a row of one background value, at column
 // k % cols in row k (so at every position: the vector paths' pairs of blocks, single block and
