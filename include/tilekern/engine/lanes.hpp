@@ -876,8 +876,16 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
           }
         }
       }
-      // The last n < lanes elements, into `chain`.
-      const auto tail = [&](std::size_t n, auto chain) {
+      std::size_t chain = 0;  // a reduction's rounds end at a multiple of slots
+      for (; c + lanes <= cols; c += lanes, ++chain) block(c, chain);
+      if constexpr (masked) {
+        if (c < cols) {
+          const std::size_t n = cols - c;
+          out.store_masked(
+              d, compute([&](const auto& cursor) { return cursor.load_masked(d, c, n); }), r, c, n);
+        }
+      } else if (c < cols) {
+        const std::size_t n = cols - c;
         const auto x = compute([&](const auto& cursor) { return cursor.load_tail(d, c, n); });
         if constexpr (values == 1) out.store_tail(d, x, r, c, n);
         if constexpr (Reduce) {
@@ -889,33 +897,6 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
             });
           });
           if constexpr (Op != combine::sum) nan = hn::Or(nan, hn::And(valid, hn::IsNaN(x)));
-        }
-      };
-      if constexpr (Reduce) {
-        // After the whole rounds, fewer than `chains` blocks and the tail, block j into chain j:
-        // one straight sequence with each chain known at compile time. With the chain counted at
-        // run time gcc 12 kept the partials in memory, and stored each again after every block
-        // of the rounds above (softmax's exp pass on Zen 4).
-        for_chains<chains>([&](auto chain) {
-          if (c + lanes <= cols) {
-            block(c, chain);
-            c += lanes;
-          } else if (c < cols) {
-            tail(cols - c, chain);
-            c = cols;
-          }
-        });
-      } else {
-        for (; c + lanes <= cols; c += lanes) block(c, 0);
-        if constexpr (masked) {
-          if (c < cols) {
-            const std::size_t n = cols - c;
-            out.store_masked(
-                d, compute([&](const auto& cursor) { return cursor.load_masked(d, c, n); }), r, c,
-                n);
-          }
-        } else if (c < cols) {
-          tail(cols - c, 0);
         }
       }
       if constexpr (Reduce) {
