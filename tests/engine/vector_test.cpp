@@ -356,8 +356,9 @@ TEST_CASE("vector: a float map gives the same bits wherever its rows start in a 
                 view<const float>(g.data(), 1, cols));
             std::size_t wrong = 0;
             for (std::size_t i = 0; i < n + spare; ++i) {
-              const std::size_t r = (i - offset) / stride, c = (i - offset) % stride;
-              if (i >= offset && i < offset + n && c < cols) {
+              const bool inside = i >= offset && i < offset + n && (i - offset) % stride < cols;
+              if (inside) {
+                const std::size_t r = (i - offset) / stride, c = (i - offset) % stride;
                 const float want = std::fma(x0[r * stride + c], column[r], g[c]);
                 wrong += bits_of(y_buffer[i]) != bits_of(want);
               } else {
