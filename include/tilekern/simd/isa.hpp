@@ -67,6 +67,7 @@ struct cpu_features {
   bool avx512_fp16 = false;
   bool amx = false;            // AMX-TILE and AMX-BF16, XTILEDATA enabled by the OS
   bool amx_permitted = false;  // and Linux granted this process the tile data state
+  bool amd = false;            // the vendor is AuthenticAMD (stream_threshold(), engine/lanes.hpp)
 };
 
 namespace detail {
@@ -79,7 +80,9 @@ constexpr bool bit(unsigned word, int position) {
 inline cpu_features detect_cpu_features() {
   cpu_features features;
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_max(0, nullptr) < 7) return features;
+  __cpuid(0, eax, ebx, ecx, edx);
+  features.amd = ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;  // "AuthenticAMD"
+  if (eax < 7) return features;
   __cpuid_count(1, 0, eax, ebx, ecx, edx);
   const bool osxsave = bit(ecx, 27), fma = bit(ecx, 12), f16c = bit(ecx, 29);
   if (!osxsave) return features;
