@@ -377,7 +377,7 @@ inline std::atomic<std::size_t>& stream_threshold_setting() {
 //   the kernels at 4096 x 4096 took 0.63-0.90 of their time with plain stores.
 // - Intel Xeon (Cascade Lake, 36 MiB of L3): the copy loop was as fast either way up to 32 MiB
 //   and 8% faster streamed at 64 MiB, but streamed, the kernels at 4096 x 4096 took 1.03-1.17
-//   times as long (layernorm, rmsnorm and softmax, bf16 and fp32).
+//   times as long (layernorm and rmsnorm into bf16 and fp32, softmax into bf16).
 inline std::size_t stream_threshold() {
   return detail::stream_threshold_setting().load();
 }
