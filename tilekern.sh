@@ -3,7 +3,7 @@
 #   ./tilekern.sh report      the data-type report (the main job)
 #   ./tilekern.sh test        build and run every test (the README's test command)
 #   ./tilekern.sh sanitize    the tests again under AddressSanitizer + UndefinedBehaviorSanitizer
-#   ./tilekern.sh avx2        the tests but the engine tests, built for plain AVX2 (-march=x86-64-v3)
+#   ./tilekern.sh avx2        the tests but the engine's, built for plain AVX2 (x86-64-v3)
 #   ./tilekern.sh bench [ARGS...]   the Google Benchmark suite, ARGS passed through
 set -euo pipefail
 cd "$(dirname "$0")"
