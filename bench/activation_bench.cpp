@@ -3,7 +3,8 @@
 //
 //   activation/<func>/<format>/<n>    y = f(x), x and y in <format>, rounded to nearest even
 // funcs relu, silu, gelu_tanh, gelu_erf and exp on bf16, and relu on float; n = 1 Mi and 16 Mi.
-// (Google Benchmark appends /manual_time.)
+// (Google Benchmark appends /manual_time.) On bf16, silu, gelu_tanh, gelu_erf and exp are looked
+// up in the kernel's tables (kernels/activation.hpp, "Tables"); the first call builds each.
 //
 // Inputs: N(0, 1) (mt19937, seed 42). Counters (the benchmark's own time, UseManualTime, is the
 // kernel's alone):

@@ -17,15 +17,23 @@
 //   NaN where the reference is NaN; the reference's sign where it is 0 or inf.
 // - a strided 2-D view and a mixed-format call (bf16 in, float out), y = x in place, and the
 //   shape error.
+// - the tables (formats of at most 16 bits in; y in the same format, rounded to nearest even with
+//   either overflow mode, or float): every code of x through a strided view of 251 columns into a
+//   guarded y, looked up and computed, the same bits; in place; the kernel itself; and when a
+//   call builds a table (at least as many elements as x has codes), also from four threads at
+//   once.
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -195,6 +203,108 @@ TEST_CASE("activation kernel: strided views, mixed formats, in place, shape erro
       activation(view<const float>(in.data(), 3, 4), view<float>(result.data(), 1, 4), act::relu),
       "tilekern::activation: y is 1x4, expected 3x4 (the shape of x)", shape_error);
   CHECK(std::all_of(result.begin(), result.end(), [](float v) { return v == 7.0f; }));
+}
+
+// Every code of X, at element (r, c) of a rows x cols view with a stride of cols + 5, into a y of
+// the same layout ending at a guard page: the lookup against the computed pass, bit for bit.
+template <class X, class Y>
+void check_tables(act f, overflow on_overflow) {
+  constexpr std::size_t codes = std::size_t{1} << X::code_bits, cols = 251, stride = cols + 5;
+  constexpr std::size_t rows = (codes + cols - 1) / cols, size = (rows - 1) * stride + cols;
+  CAPTURE(format_name<X>());
+  const char* y_format = std::is_same_v<Y, float> ? "float" : "the same format";
+  CAPTURE(y_format);
+  CAPTURE(name(f));
+  CAPTURE(on_overflow == overflow::saturate ? "saturate" : "standard");
+  test::guarded_buffer<X> x(size);
+  test::guarded_buffer<Y> computed(size), looked_up(size), kernel(size);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t c = 0; c < cols; ++c)
+      x[r * stride + c] = X::from_code(static_cast<std::uint32_t>((r * cols + c) % codes));
+  }
+  const view<const X> xv(x.data(), rows, cols, stride);
+  const auto y_view = [&](test::guarded_buffer<Y>& y) {
+    return view<Y>(y.data(), rows, cols, stride);
+  };
+  const auto bits = [](auto v) {
+    if constexpr (std::is_same_v<decltype(v), float>) {
+      return std::bit_cast<std::uint32_t>(v);
+    } else {
+      return static_cast<std::uint32_t>(v.bits());
+    }
+  };
+  const auto same = [&](test::guarded_buffer<Y>& a, test::guarded_buffer<Y>& b) {
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < size; ++i) differ += bits(a[i]) != bits(b[i]) ? 1 : 0;
+    return differ;
+  };
+  const cast_options cast{.on_overflow = on_overflow};
+  detail::activation_computed(xv, y_view(computed), f, cast);
+  const Y* table = detail::activation_table<X, Y>(f, on_overflow, true);
+  REQUIRE(table != nullptr);
+  detail::activation_lookup(xv, y_view(looked_up), table);
+  CHECK(same(computed, looked_up) == 0);
+  activation(xv, y_view(kernel), f, cast);  // takes the table now, whatever its size
+  CHECK(same(computed, kernel) == 0);
+  for (std::size_t r = 0; r + 1 < rows; ++r) {  // the gaps between rows are left alone
+    for (std::size_t c = cols; c < stride; ++c) CHECK(bits(looked_up[r * stride + c]) == 0);
+  }
+  if constexpr (std::is_same_v<X, Y>) {  // in place
+    activation(xv, view<X>(x.data(), rows, cols, stride), f, cast);
+    CHECK(same(computed, x) == 0);
+  }
+}
+
+TEST_CASE("activation kernel, tables: the bits of the computed pass") {
+  tilekern::test::for_each_test_format([]<class F>() {
+    if constexpr (detail::tabulated_format<F>) {
+      for (act f : all_acts) {
+        if (!detail::tabulated(f)) continue;
+        for (overflow on_overflow : {overflow::standard, overflow::saturate})
+          check_tables<F, F>(f, on_overflow);
+        check_tables<F, float>(f, overflow::standard);
+      }
+    }
+  });
+}
+
+TEST_CASE("activation kernel, tables: built by a call of at least as many elements as codes") {
+  // fp16 in, bf16 out: no other test makes this table.
+  const auto built = [] {
+    return detail::activation_table<fp16, bf16>(act::mish, overflow::saturate, false) != nullptr;
+  };
+  const cast_options saturate{.on_overflow = overflow::saturate};
+  std::vector<fp16> x(65536, fp16(0.5f));
+  std::vector<bf16> y(65536);
+  REQUIRE_FALSE(built());
+  activation(std::span<const fp16>(x.data(), 65535), std::span<bf16>(y.data(), 65535), act::mish,
+             saturate);
+  CHECK_FALSE(built());
+  activation(x, y, act::mish, {.round = rounding::stochastic});  // stochastic: computed
+  CHECK_FALSE(built());
+  activation(x, y, act::mish, saturate);
+  CHECK(built());
+  std::vector<bf16> computed(1);
+  detail::activation_computed(view<const fp16>(x.data(), 1, 1), view<bf16>(computed.data(), 1, 1),
+                              act::mish, saturate);
+  CHECK(y[65535].bits() == computed[0].bits());
+}
+
+TEST_CASE("activation kernel, tables: threads that build the same table at once") {
+  // fp16 in, fp8_e4m3 out: no other test makes this table.
+  std::vector<fp16> x(65536);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = fp16::from_code(static_cast<std::uint32_t>(i));
+  std::vector<fp8_e4m3> computed(x.size());
+  detail::activation_computed(view<const fp16>(x.data(), 1, x.size()),
+                              view<fp8_e4m3>(computed.data(), 1, x.size()), act::erf, {});
+  std::vector<std::vector<fp8_e4m3>> y(4, std::vector<fp8_e4m3>(x.size()));
+  std::vector<std::thread> threads;
+  for (auto& out : y) threads.emplace_back([&x, &out] { activation(x, out, act::erf); });
+  for (auto& thread : threads) thread.join();
+  for (const auto& out : y) {
+    CHECK(std::equal(out.begin(), out.end(), computed.begin(),
+                     [](fp8_e4m3 a, fp8_e4m3 b) { return a.bits() == b.bits(); }));
+  }
 }
 
 }  // namespace
