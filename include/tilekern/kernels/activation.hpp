@@ -34,6 +34,7 @@
 // written.
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -81,24 +82,30 @@ void activation_computed(view<const X> x, view<Y> y, act f, const cast_options& 
 
 // The table of f from X to Y, rounded to nearest even with on_overflow: entry i is
 // activation_computed's result for X::from_code(i). Built on the first call with `build`, then
-// kept; nullptr before that.
+// kept; nullptr before that. A built table is found without taking the lock.
 template <class X, class Y>
 const Y* activation_table(act f, overflow on_overflow, bool build) {
+  constexpr std::size_t slots = 2 * std::size(all_acts);
+  static std::array<std::atomic<const Y*>, slots> built{};
+  static std::array<std::vector<Y>, slots> tables;
   static std::mutex mutex;
-  static std::array<std::vector<Y>, 2 * std::size(all_acts)> tables;
+  const std::size_t slot =
+      2 * static_cast<std::size_t>(f) + (on_overflow == overflow::saturate ? 1 : 0);
+  const Y* ready = built[slot].load(std::memory_order_acquire);
+  if (ready != nullptr || !build) return ready;
   const std::lock_guard lock(mutex);
-  std::vector<Y>& table =
-      tables[2 * static_cast<std::size_t>(f) + (on_overflow == overflow::saturate ? 1 : 0)];
-  if (table.empty() && build) {
+  if (tables[slot].empty()) {
     constexpr std::size_t codes = std::size_t{1} << X::code_bits;
     std::vector<X> every_code(codes);
     for (std::size_t code = 0; code < codes; ++code)
       every_code[code] = X::from_code(static_cast<std::uint32_t>(code));
-    table.resize(codes);
+    std::vector<Y> table(codes);
     activation_computed(view<const X>(every_code.data(), 1, codes), view<Y>(table.data(), 1, codes),
                         f, {.on_overflow = on_overflow});
+    tables[slot] = std::move(table);
+    built[slot].store(tables[slot].data(), std::memory_order_release);
   }
-  return table.empty() ? nullptr : table.data();
+  return tables[slot].data();
 }
 
 // y = table[code of x], four elements at a time: their four lookups, then their four stores (in
