@@ -37,9 +37,11 @@ TEST_CASE("gpsimd: rowwise max, sum and transform or stream, mixed formats, ever
 
 TEST_SUITE("long") {
   TEST_CASE("gpsimd: rowwise statistics, each test format, every cast and core count") {
+    // The formats of the test above, so that these are its instantiations: each costs compile
+    // time, and this file was the longest compile of CI's build (CONTRIBUTING.md).
     for_each_test_format([]<class F>() {
-      check_stats_everywhere<F, F, F, float, F, F>(1000, all_casts, core_configs);
-      check_stats_everywhere<float, F, bf16, F, fp8_e4m3, F>(2000, all_casts, core_configs);
+      check_stats_everywhere<F, float, F, F, float, F>(1000, all_casts, core_configs);
+      check_stats_everywhere<float, F, float, F, F, float>(2000, all_casts, core_configs);
     });
   }
 }

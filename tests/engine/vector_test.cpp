@@ -1065,6 +1065,91 @@ TEST_CASE("vector: row_sums_of gives two sums of one pass") {
   CHECK(second == std::vector<float>{0, 0, 0});
 }
 
+// sums_then_map, row by row: the bits of row_sums_of over the whole tensor, then of map with a
+// column keep(r) writes as the row comes; rows keep refuses stay untouched.
+template <class X, class D>
+void check_sums_then_map(shape s, std::uint64_t seed) {
+  tensor<X> x(s.rows, s.cols, s.cols + 2);
+  tensor<float> w(1, s.cols);
+  fill_uniform(x, seed, -8, 8);
+  fill_uniform(w, seed + 1, -1, 1);
+  const auto pair = [](auto, auto a, auto b) { return std::pair(a * b, a * a); };
+  const auto f = [](auto, auto a, auto m, auto b) { return hn::MulAdd(a, m, b); };
+  const auto factor_of = [](float first, float second) { return first / (1.0f + second); };
+  const cast_options stochastic{.round = rounding::stochastic, .seed = 5};
+  for (const cast_options& cast : {cast_options{}, stochastic}) {
+    tensor<float> first(s.rows, 1), second(s.rows, 1), factor(s.rows, 1);
+    vector::row_sums_of(first.v(), second.v(), pair, x.cv(), w.cv());
+    for (std::size_t r = 0; r < s.rows; ++r) factor(r, 0) = factor_of(first(r, 0), second(r, 0));
+    tensor<D> want(s.rows, s.cols, s.cols + 1), got(s.rows, s.cols, s.cols + 1);
+    vector::map(vector::rounded(want.v(), cast, 7, s.cols), f, x.cv(), vector::column(factor.cv()),
+                w.cv());
+    tensor<float> got_first(s.rows, 1), got_second(s.rows, 1), got_factor(s.rows, 1);
+    vector::sums_then_map(
+        vector::rounded(got.v(), cast, 7, s.cols), std::array{got_first.v(), got_second.v()}, pair,
+        std::forward_as_tuple(x.cv(), w.cv()),
+        [&](std::size_t r) {
+          got_factor(r, 0) = factor_of(got_first(r, 0), got_second(r, 0));
+          return r % 3 != 1;
+        },
+        f, std::forward_as_tuple(x.cv(), vector::column(got_factor.cv()), w.cv()));
+    const std::string what = type_name<X>() + " to " + type_name<D>() + " " +
+                             shape_name(s.rows, s.cols) + " " + describe_cast(cast);
+    for (std::size_t r = 0; r < s.rows; ++r) {
+      REQUIRE_MESSAGE(bits_of(got_first(r, 0)) == bits_of(first(r, 0)), what, " row ", r);
+      REQUIRE_MESSAGE(bits_of(got_second(r, 0)) == bits_of(second(r, 0)), what, " row ", r);
+      for (std::size_t c = 0; c < s.cols; ++c) {
+        const D expected = r % 3 != 1 ? want(r, c) : sentinel<D>();
+        REQUIRE_MESSAGE(bits_of(got(r, c)) == bits_of(expected), what, " (", r, ", ", c, ")");
+      }
+    }
+    CHECK(got.gaps_untouched());
+  }
+}
+
+TEST_CASE("vector: sums_then_map gives the bits of row_sums_of and map, row by row") {
+  for (shape s : {shape{1, 1}, shape{5, 16}, shape{7, 33}, shape{4, 767}, shape{2, 1031}}) {
+    check_sums_then_map<bf16, bf16>(s, s.cols);
+    check_sums_then_map<float, float>(s, s.cols + 1);
+    check_sums_then_map<fp16, fp8_e4m3>(s, s.cols + 2);
+  }
+  // One sum (a column, not an array of two), and the shape errors, before anything is written.
+  tensor<float> x(4, 5), sums(4, 1), y(4, 5), wrong(2, 3), short_sums(3, 1);
+  fill_uniform(x, 3, -1, 1);
+  const auto square = [](auto, auto a) { return a * a; };
+  const auto copy = [](auto, auto a) { return a; };
+  const auto keep = [](std::size_t) { return true; };
+  vector::sums_then_map(y.v(), sums.v(), square, std::forward_as_tuple(x.cv()), keep, copy,
+                        std::forward_as_tuple(x.cv()));
+  for (std::size_t r = 0; r < 4; ++r) {
+    float sum = 0;
+    for (std::size_t c = 0; c < 5; ++c) sum += x(r, c) * x(r, c);
+    CHECK(sums(r, 0) == doctest::Approx(sum).epsilon(1e-6));
+    for (std::size_t c = 0; c < 5; ++c) CHECK(bits_of(y(r, c)) == bits_of(x(r, c)));
+  }
+  tensor<float> untouched(4, 5);
+  const std::string function = "tilekern::vector::sums_then_map";
+  check_shape_error(
+      [&] {
+        vector::sums_then_map(untouched.v(), sums.v(), square, std::forward_as_tuple(wrong.cv()),
+                              keep, copy, std::forward_as_tuple(wrong.cv()));
+      },
+      {function, "dst is 4x5", "expected 2x3"});
+  check_shape_error(
+      [&] {
+        vector::sums_then_map(untouched.v(), short_sums.v(), square, std::forward_as_tuple(x.cv()),
+                              keep, copy, std::forward_as_tuple(x.cv()));
+      },
+      {function, "sums is 3x1", "expected 4x1"});
+  check_shape_error(
+      [&] {
+        vector::sums_then_map(untouched.v(), sums.v(), square, std::forward_as_tuple(x.cv()), keep,
+                              copy, std::forward_as_tuple(wrong.cv()));
+      },
+      {function, "map source 1 is 2x3", "expected 4x5"});
+  CHECK(untouched.all_sentinel());
+}
+
 TEST_CASE("vector: col_sum_of accumulates over blocks of rows") {
   for_each_element_type([]<class T>() {
     for (shape s : {shape{2, 1}, shape{9, 17}, shape{40, 33}, shape{6, 1001}}) {

@@ -9,6 +9,11 @@
 // of 769 and of 4097 columns, in float, bf16 and fp8_e4m3, on the active ISA path, each output in
 // a buffer that ends right before an unreadable page.
 //
+// layernorm and rmsnorm run each row's passes one after the other where they can
+// (set_row_passes): the same bits as every pass over a block of rows, at 64, 769 and 1024 columns.
+// Some rows of x take the norms' second tries (a huge element, a mean far from the first
+// elements', a constant row), in every test here.
+//
 // layernorm, rmsnorm and softmax (into formats other than float) write large outputs with
 // non-temporal stores (stream_threshold(), engine/lanes.hpp), the whole 64-byte lines of each row;
 // with the threshold at 0, every kernel here gives the same bits as with none, in float, bf16,
@@ -16,6 +21,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
@@ -56,9 +62,17 @@ std::vector<named_bytes> outputs(std::size_t rows, std::size_t cols, std::size_t
     for (T& e : v) e = T(mean + spread * normal(generator));
     return v;
   };
-  const std::vector<T> x = values(n, 0.5f, 1.0f), dy = values(n, 0.0f, 1.0f),
-                       gamma = values(cols, 1.0f, 0.1f), beta = values(cols, 0.0f, 0.1f),
-                       additive = values(n, 0.0f, 1.0f);
+  std::vector<T> x = values(n, 0.5f, 1.0f);
+  const std::vector<T> dy = values(n, 0.0f, 1.0f), gamma = values(cols, 1.0f, 0.1f),
+                       beta = values(cols, 0.0f, 0.1f), additive = values(n, 0.0f, 1.0f);
+  // Rows the norms take through their second tries (layernorm.hpp, rmsnorm.hpp): a huge element
+  // (rescaled), a mean far from the first elements' (192 in fp8_e4m3: a second pass for
+  // layernorm's mean from 769 columns on), a constant row. No infinite one (1e30 in fp8_e4m3): its
+  // row is NaN, and a NaN's sign is that of whichever NaN operand the fused multiply-add form gcc
+  // picks returns, which differs between the plain and the non-temporal row loops.
+  if (rows > 3 && std::isfinite(static_cast<float>(T(1e30f)))) x[3 * cols] = T(1e30f);
+  if (rows > 5 && cols > 9) x[5 * cols + 9] = T(200.0f);
+  if (rows > 7) std::fill_n(x.begin() + static_cast<std::ptrdiff_t>(7 * cols), cols, T(0.25f));
   const auto keep = std::make_unique<bool[]>(n);
   for (std::size_t i = 0; i < n; ++i) keep[i] = (i * 7 + i / cols) % 5 != 0;
   const view<const T> xv(x.data(), rows, cols), dyv(dy.data(), rows, cols);
@@ -125,6 +139,37 @@ void same_bits_for_every_block_size(const char* format) {
              " bytes: ", want[k].first);
         CHECK(got[k].second == want[k].second);
       }
+    }
+  }
+}
+
+// set_row_passes(on) for the life of the object, then the default.
+class row_passes_of {
+ public:
+  explicit row_passes_of(bool on) { set_row_passes(on); }
+  ~row_passes_of() { set_row_passes(std::nullopt); }
+  row_passes_of(const row_passes_of&) = delete;
+  row_passes_of& operator=(const row_passes_of&) = delete;
+};
+
+// layernorm and rmsnorm run a row's passes one after the other where they can (row_passes():
+// rows of up to norm_chunk columns, and for layernorm at least 64, not streamed) and leave the
+// other rows to the passes over blocks of rows: the same bits as those passes on every row
+// (set_row_passes(false)), with the rows of second tries above among them.
+template <class T>
+void same_bits_row_by_row(const char* format) {
+  for (const std::size_t cols : {std::size_t{64}, std::size_t{769}, std::size_t{1024}}) {
+    const std::size_t rows = 37;
+    const auto want = [&] {
+      const row_passes_of off(false);
+      return outputs<T>(rows, cols, cols + 3, 5);
+    }();
+    CHECK(row_passes());
+    const auto got = outputs<T>(rows, cols, cols + 3, 5);
+    REQUIRE(got.size() == want.size());
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      INFO(std::string(format), ", ", rows, "x", cols, ": ", want[k].first);
+      CHECK(got[k].second == want[k].second);
     }
   }
 }
@@ -199,6 +244,12 @@ TEST_CASE("the kernels give the same bits with non-temporal stores") {
   same_bits_streamed<bf16>("bf16");
   same_bits_streamed<fp16>("fp16");
   same_bits_streamed<fp8_e4m3>("fp8_e4m3");
+}
+
+TEST_CASE("layernorm and rmsnorm give the same bits row by row as by blocks of rows") {
+  same_bits_row_by_row<float>("float");
+  same_bits_row_by_row<bf16>("bf16");
+  same_bits_row_by_row<fp8_e4m3>("fp8_e4m3");
 }
 
 TEST_CASE("the kernels give the same bits for every block size") {

@@ -738,6 +738,177 @@ template <bool Reduce, bool Streamed, class Out, class D, class... Operands>
 constexpr bool masked_ends = !Reduce && !Streamed && std::is_same_v<Out, float> &&
                              hn::MaxLanes(D()) > 1 && (float_or_constant<Operands> && ...);
 
+// Column k of a reduction's sums: a column_out, or one of an array of two.
+inline column_out sum_column(const column_out& sums, std::size_t) {
+  return sums;
+}
+inline column_out sum_column(const std::array<column_out, 2>& sums, std::size_t k) {
+  return sums[k];
+}
+
+// Row r of map_rows (below) on lanes D, with the blocks map_rows chose (Interleave, std::true_type
+// where interleaved blocks apply). Always inlined into its row loop, so that each row loop is
+// compiled as one function.
+template <bool Reduce, combine Op, class D, class Interleave, class Out, bool Streamed, class Sums,
+          class F, class... Sources>
+HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out,
+                        [[maybe_unused]] const Sums& sums, F& f, std::size_t r, std::size_t cols,
+                        const Sources&... sources) {
+  using result = decltype(f(d, (static_cast<void>(sources), hn::Zero(d))...));
+  constexpr std::size_t values = sums_of<result>;
+  constexpr std::size_t columns = std::is_same_v<Sums, column_out> ? 1 : 2;
+  static_assert(values == columns || !Reduce, "tilekern engine: one column per sum of f");
+  static_assert(values == 1 || (Op == combine::sum && std::is_same_v<Out, no_output>),
+                "tilekern engine: f returns a pair only for two sums of one pass");
+  // Two sums share the registers of one: reduce_slots / values partials each.
+  constexpr std::size_t lanes = hn::MaxLanes(D()), slots = reduce_slots / values,
+                        chains = slots / lanes;
+  const auto cursors = std::make_tuple(sources.at_row(d, r)...);
+  const auto compute = [&](auto load) {
+    return std::apply([&](const auto&... cursor) { return f(d, load(cursor)...); }, cursors);
+  };
+  // Reductions keep `slots` partial results per sum, held in `chains` vectors: element c goes
+  // to slot c % slots, lane c % lanes of chain (c / lanes) % chains, on every path; except that
+  // interleaved rounds (below) permute the slots within each round. Either way each slot sums
+  // one element of every whole round of `slots` and at most one of the rest, in element order.
+  [[maybe_unused]] hn::Vec<D> acc[values][chains];
+  for (auto& sum : acc) for_chains<chains>([&](auto j) { sum[j] = identity_lanes<Op>(d); });
+  [[maybe_unused]] auto nan = hn::MaskFromVec(hn::Zero(d));
+  const auto reduce = [&](const result& x, auto chain) {
+    if constexpr (Reduce) {
+      at_chain<chains>(chain, [&](auto j) {
+        each_sum(x, [&](std::size_t k, auto v) { acc[k][j] = combine_lanes<Op, D>(acc[k][j], v); });
+        // x86's max and min give their second operand where either is NaN, so the new
+        // partial is NaN exactly where x is. Testing it rather than x keeps gcc from reading
+        // a block of a plain row twice (into the max and into the test).
+        if constexpr (Op != combine::sum) nan = hn::Or(nan, hn::IsNaN(acc[0][j]));
+      });
+    }
+  };
+  const auto block = [&](std::size_t c, auto chain) {
+    const auto x = compute([&](const auto& cursor) { return cursor.load(d, c); });
+    if constexpr (values == 1) out.store(d, x, r, c);
+    reduce(x, chain);
+  };
+  std::size_t c = 0;
+  constexpr bool masked = masked_ends<Reduce, Streamed, Out, D, Sources...>;
+  if constexpr (masked) {
+    // A row that starts off a line at the same place as the first row it reads (as large
+    // buffers from glibc's malloc do, 16 bytes past one; or in place): its first elements as
+    // one block, so that every whole block after them is loaded and stored within a line, not
+    // split across two. Each element's result is the same in any block; a reduction's partial
+    // sums would not be.
+    const float* first = nullptr;
+    std::apply([&](const auto&... cursor) { ((first = first ? first : cursor.row), ...); },
+               cursors);
+    const std::size_t head = line_head<D>(out.row(r));
+    if (head > 0 && head + lanes <= cols && first != nullptr && line_head<D>(first) == head) {
+      out.store_masked(d,
+                       compute([&](const auto& cursor) { return cursor.load_masked(d, 0, head); }),
+                       r, 0, head);
+      c = head;
+    }
+  }
+  if constexpr (Interleave::value && Reduce) {
+    // Rounds of `slots` elements by pairs of blocks: lane j of the pair from `at` on holds
+    // element at + 2j in the first block, summed into `chain`, and at + 2j + 1 in the
+    // second, summed into the next chain.
+    for (; c + slots <= cols; c += slots) {
+      for_chains<chains / 2>([&](auto pair) {
+        constexpr std::size_t chain = 2 * decltype(pair)::value;
+        const std::size_t at = c + chain * lanes;
+        reduce(
+            compute([&](const auto& cursor) { return cursor.template load_interleaved<0>(d, at); }),
+            std::integral_constant<std::size_t, chain>());
+        reduce(
+            compute([&](const auto& cursor) { return cursor.template load_interleaved<1>(d, at); }),
+            std::integral_constant<std::size_t, chain + 1>());
+      });
+    }
+  } else if constexpr (Interleave::value) {
+    for (; c + 2 * lanes <= cols; c += 2 * lanes) {
+      out.store_interleaved(
+          compute([&](const auto& cursor) { return cursor.template load_interleaved<0>(d, c); }),
+          compute([&](const auto& cursor) { return cursor.template load_interleaved<1>(d, c); }), r,
+          c);
+    }
+  }
+  // Rounds of `chains` blocks, block j of a round summed into chain j; bf16 on 8 lanes
+  // encodes them two at a time, in order. Without either, the loop below takes every block.
+  constexpr bool pairs = two_blocks_in_order<Out, D> && !Interleave::value;
+  if constexpr ((Reduce && !Interleave::value) || pairs) {
+    for (; c + slots <= cols; c += slots) {
+      if constexpr (pairs) {
+        for_chains<chains / 2>([&](auto pair) {
+          constexpr std::size_t chain = 2 * decltype(pair)::value;
+          const std::size_t at = c + chain * lanes;
+          const auto first = compute([&](const auto& cursor) { return cursor.load(d, at); });
+          const auto second =
+              compute([&](const auto& cursor) { return cursor.load(d, at + lanes); });
+          out.store_in_order(first, second, r, at);
+          reduce(first, std::integral_constant<std::size_t, chain>());
+          reduce(second, std::integral_constant<std::size_t, chain + 1>());
+        });
+      } else {
+        for_chains<chains>([&](auto chain) { block(c + chain * lanes, chain); });
+      }
+    }
+  }
+  std::size_t chain = 0;  // a reduction's rounds end at a multiple of slots
+  for (; c + lanes <= cols; c += lanes, ++chain) block(c, chain);
+  if constexpr (masked) {
+    if (c < cols) {
+      const std::size_t n = cols - c;
+      out.store_masked(d, compute([&](const auto& cursor) { return cursor.load_masked(d, c, n); }),
+                       r, c, n);
+    }
+  } else if (c < cols) {
+    const std::size_t n = cols - c;
+    const auto x = compute([&](const auto& cursor) { return cursor.load_tail(d, c, n); });
+    if constexpr (values == 1) out.store_tail(d, x, r, c, n);
+    if constexpr (Reduce) {
+      const auto valid = hn::FirstN(d, n);
+      at_chain<chains>(chain, [&](auto j) {
+        each_sum(x, [&](std::size_t k, auto v) {
+          const auto kept = hn::IfThenElse(valid, v, identity_lanes<Op>(d));
+          acc[k][j] = combine_lanes<Op, D>(acc[k][j], kept);
+        });
+      });
+      if constexpr (Op != combine::sum) nan = hn::Or(nan, hn::And(valid, hn::IsNaN(x)));
+    }
+  }
+  if constexpr (Reduce) {
+    for (std::size_t k = 0; k < values; ++k) {
+      combine_halves<Op, D, chains / 2>(acc[k]);
+      float value = reduce_lanes<Op>(d, acc[k][0]);
+      if constexpr (Op != combine::sum) {
+        if (!hn::AllFalse(d, nan)) value = std::numeric_limits<float>::quiet_NaN();
+      }
+      sum_column(sums, k)[r] = value;
+    }
+  }
+}
+
+// body(interleave, sources...) on lanes d: interleave is std::true_type where map_rows' interleaved
+// blocks apply (interleaved_rows), the float sources then read from copies in that order. A
+// compile-time flag, so that each row loop is compiled for exactly the blocks it runs: a run-time
+// one made gcc 12 spill registers in the activation loops (silu and gelu_tanh bf16 9-14% slower).
+template <bool Reduce, class Out, class D, class Body, class... Sources>
+void with_blocks(D d, std::size_t cols, Body&& body, const Sources&... sources) {
+  if constexpr (interleaved_rows<Reduce, D, Out, Sources...>) {
+    constexpr bool loads_no_float = ((Sources::kind == along::constant ||
+                                      !std::is_same_v<typename Sources::element, float>)&&...);
+    if constexpr (loads_no_float) {
+      return body(std::true_type(), sources...);
+    } else if ((interleavable(sources) && ...)) {
+      return with_interleaved_rows(
+          d, cols, [&](const auto&... reordered) { body(std::true_type(), reordered...); },
+          sources...);
+    }
+  }
+  body(std::false_type(), sources...);
+}
+
 // The row loop of every elementwise operation: for each element (r, c) of `to`,
 //   x = f(d, lanes of each operand),  to(r, c) = x rounded,  and with Reduce,
 //   sums[r] = the reduction Op of x over the row (fp32, before rounding).
@@ -756,192 +927,91 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
                                   sums, f, operands...);
     }
   }
-  constexpr std::size_t columns = std::is_same_v<Sums, column_out> ? 1 : 2;
-  const auto column = [&](std::size_t k) -> column_out {
-    if constexpr (columns == 1) return sums;
-    if constexpr (columns == 2) return sums[k];
-  };
   if (rows * cols == 0) {
     if constexpr (Reduce) {
       const float empty = Op == combine::sum   ? 0.0f
                           : Op == combine::max ? -std::numeric_limits<float>::infinity()
                                                : std::numeric_limits<float>::infinity();
-      for (std::size_t k = 0; k < columns; ++k) {
-        for (std::size_t r = 0; r < rows; ++r) column(k)[r] = empty;
+      for (std::size_t k = 0; k < (std::is_same_v<Sums, column_out> ? 1 : 2); ++k) {
+        for (std::size_t r = 0; r < rows; ++r) sum_column(sums, k)[r] = empty;
       }
     }
     return;
   }
   const auto rows_of = [&](auto d, auto interleave, const auto&... sources) {
     using D = decltype(d);
-    using result = decltype(f(d, (static_cast<void>(sources), hn::Zero(d))...));
-    constexpr std::size_t values = sums_of<result>;
-    static_assert(values == columns || !Reduce, "tilekern engine: one column per sum of f");
-    static_assert(values == 1 || (Op == combine::sum && std::is_same_v<Out, no_output>),
-                  "tilekern engine: f returns a pair only for two sums of one pass");
-    // Two sums share the registers of one: reduce_slots / values partials each.
-    constexpr std::size_t lanes = hn::MaxLanes(D()), slots = reduce_slots / values,
-                          chains = slots / lanes;
     // The loop bound as a local of this loop: a vector store may alias anything whose address is
     // taken, and the enclosing function's are (this lambda captures them), so they would be read
     // again after every block.
     const std::size_t cols = to.to.cols();
     const lane_store<Out, D, Streamed> out(d, to);
     for (std::size_t r = 0; r < rows; ++r) {
-      const auto cursors = std::make_tuple(sources.at_row(d, r)...);
-      const auto compute = [&](auto load) {
-        return std::apply([&](const auto&... cursor) { return f(d, load(cursor)...); }, cursors);
-      };
-      // Reductions keep `slots` partial results per sum, held in `chains` vectors: element c goes
-      // to slot c % slots, lane c % lanes of chain (c / lanes) % chains, on every path; except that
-      // interleaved rounds (below) permute the slots within each round. Either way each slot sums
-      // one element of every whole round of `slots` and at most one of the rest, in element order.
-      [[maybe_unused]] hn::Vec<D> acc[values][chains];
-      for (auto& sum : acc) for_chains<chains>([&](auto j) { sum[j] = identity_lanes<Op>(d); });
-      [[maybe_unused]] auto nan = hn::MaskFromVec(hn::Zero(d));
-      const auto reduce = [&](const result& x, auto chain) {
-        if constexpr (Reduce) {
-          at_chain<chains>(chain, [&](auto j) {
-            each_sum(
-                x, [&](std::size_t k, auto v) { acc[k][j] = combine_lanes<Op, D>(acc[k][j], v); });
-            // x86's max and min give their second operand where either is NaN, so the new
-            // partial is NaN exactly where x is. Testing it rather than x keeps gcc from reading
-            // a block of a plain row twice (into the max and into the test).
-            if constexpr (Op != combine::sum) nan = hn::Or(nan, hn::IsNaN(acc[0][j]));
-          });
-        }
-      };
-      const auto block = [&](std::size_t c, auto chain) {
-        const auto x = compute([&](const auto& cursor) { return cursor.load(d, c); });
-        if constexpr (values == 1) out.store(d, x, r, c);
-        reduce(x, chain);
-      };
-      std::size_t c = 0;
-      constexpr bool masked = masked_ends<Reduce, Streamed, Out, D, Operands...>;
-      if constexpr (masked) {
-        // A row that starts off a line at the same place as the first row it reads (as large
-        // buffers from glibc's malloc do, 16 bytes past one; or in place): its first elements as
-        // one block, so that every whole block after them is loaded and stored within a line, not
-        // split across two. Each element's result is the same in any block; a reduction's partial
-        // sums would not be.
-        const float* first = nullptr;
-        std::apply([&](const auto&... cursor) { ((first = first ? first : cursor.row), ...); },
-                   cursors);
-        const std::size_t head = line_head<D>(out.row(r));
-        if (head > 0 && head + lanes <= cols && first != nullptr && line_head<D>(first) == head) {
-          out.store_masked(
-              d, compute([&](const auto& cursor) { return cursor.load_masked(d, 0, head); }), r, 0,
-              head);
-          c = head;
-        }
-      }
-      if constexpr (decltype(interleave)::value && Reduce) {
-        // Rounds of `slots` elements by pairs of blocks: lane j of the pair from `at` on holds
-        // element at + 2j in the first block, summed into `chain`, and at + 2j + 1 in the
-        // second, summed into the next chain.
-        for (; c + slots <= cols; c += slots) {
-          for_chains<chains / 2>([&](auto pair) {
-            constexpr std::size_t chain = 2 * decltype(pair)::value;
-            const std::size_t at = c + chain * lanes;
-            reduce(compute([&](const auto& cursor) {
-                     return cursor.template load_interleaved<0>(d, at);
-                   }),
-                   std::integral_constant<std::size_t, chain>());
-            reduce(compute([&](const auto& cursor) {
-                     return cursor.template load_interleaved<1>(d, at);
-                   }),
-                   std::integral_constant<std::size_t, chain + 1>());
-          });
-        }
-      } else if constexpr (decltype(interleave)::value) {
-        for (; c + 2 * lanes <= cols; c += 2 * lanes) {
-          out.store_interleaved(compute([&](const auto& cursor) {
-                                  return cursor.template load_interleaved<0>(d, c);
-                                }),
-                                compute([&](const auto& cursor) {
-                                  return cursor.template load_interleaved<1>(d, c);
-                                }),
-                                r, c);
-        }
-      }
-      // Rounds of `chains` blocks, block j of a round summed into chain j; bf16 on 8 lanes
-      // encodes them two at a time, in order. Without either, the loop below takes every block.
-      constexpr bool pairs = two_blocks_in_order<Out, D> && !decltype(interleave)::value;
-      if constexpr ((Reduce && !decltype(interleave)::value) || pairs) {
-        for (; c + slots <= cols; c += slots) {
-          if constexpr (pairs) {
-            for_chains<chains / 2>([&](auto pair) {
-              constexpr std::size_t chain = 2 * decltype(pair)::value;
-              const std::size_t at = c + chain * lanes;
-              const auto first = compute([&](const auto& cursor) { return cursor.load(d, at); });
-              const auto second =
-                  compute([&](const auto& cursor) { return cursor.load(d, at + lanes); });
-              out.store_in_order(first, second, r, at);
-              reduce(first, std::integral_constant<std::size_t, chain>());
-              reduce(second, std::integral_constant<std::size_t, chain + 1>());
-            });
-          } else {
-            for_chains<chains>([&](auto chain) { block(c + chain * lanes, chain); });
-          }
-        }
-      }
-      std::size_t chain = 0;  // a reduction's rounds end at a multiple of slots
-      for (; c + lanes <= cols; c += lanes, ++chain) block(c, chain);
-      if constexpr (masked) {
-        if (c < cols) {
-          const std::size_t n = cols - c;
-          out.store_masked(
-              d, compute([&](const auto& cursor) { return cursor.load_masked(d, c, n); }), r, c, n);
-        }
-      } else if (c < cols) {
-        const std::size_t n = cols - c;
-        const auto x = compute([&](const auto& cursor) { return cursor.load_tail(d, c, n); });
-        if constexpr (values == 1) out.store_tail(d, x, r, c, n);
-        if constexpr (Reduce) {
-          const auto valid = hn::FirstN(d, n);
-          at_chain<chains>(chain, [&](auto j) {
-            each_sum(x, [&](std::size_t k, auto v) {
-              const auto kept = hn::IfThenElse(valid, v, identity_lanes<Op>(d));
-              acc[k][j] = combine_lanes<Op, D>(acc[k][j], kept);
-            });
-          });
-          if constexpr (Op != combine::sum) nan = hn::Or(nan, hn::And(valid, hn::IsNaN(x)));
-        }
-      }
-      if constexpr (Reduce) {
-        for (std::size_t k = 0; k < values; ++k) {
-          combine_halves<Op, D, chains / 2>(acc[k]);
-          float value = reduce_lanes<Op>(d, acc[k][0]);
-          if constexpr (Op != combine::sum) {
-            if (!hn::AllFalse(d, nan)) value = std::numeric_limits<float>::quiet_NaN();
-          }
-          column(k)[r] = value;
-        }
-      }
+      map_row<Reduce, Op>(d, interleave, out, sums, f, r, cols, sources...);
     }
-  };
-  // rows_of(d, interleave, ...): interleave is std::true_type where interleaved blocks apply. A
-  // compile-time flag, so that each row loop is compiled for exactly the blocks it runs: a run-time
-  // one made gcc 12 spill registers in the activation loops (silu and gelu_tanh bf16 9-14% slower).
-  const auto run = [&](auto d, const auto&... sources) {
-    using D = decltype(d);
-    if constexpr (interleaved_rows<Reduce, D, Out, Operands...>) {
-      constexpr bool loads_no_float = ((Operands::kind == along::constant ||
-                                        !std::is_same_v<typename Operands::element, float>)&&...);
-      if constexpr (loads_no_float) {
-        return rows_of(d, std::true_type(), sources...);
-      } else if ((interleavable(sources) && ...)) {
-        return with_interleaved_rows(
-            d, cols, [&](const auto&... reordered) { rows_of(d, std::true_type(), reordered...); },
-            sources...);
-      }
-    }
-    rows_of(d, std::false_type(), sources...);
   };
   with_repeat_scratch(
-      cols, [&](const auto&... sources) { visit_lanes([&](auto d) { run(d, sources...); }); },
+      cols,
+      [&](const auto&... sources) {
+        visit_lanes([&](auto d) {
+          with_blocks<Reduce, Out>(
+              d, cols, [&](auto interleave, const auto&... s) { rows_of(d, interleave, s...); },
+              sources...);
+        });
+      },
       operands...);
   if constexpr (Streamed) hwy::FlushStream();  // its stores ordered before whatever follows
+}
+
+// Two passes of map_rows over each row in turn, so that the second reads the row from L1, where
+// the first left it: for each row r,
+//   the row sums of reduce_f over reduce_operands into sums (map_rows with Reduce, no
+//   destination),
+//   then, if keep(r), row r of `to` = map_f over map_operands (map_rows without Reduce).
+// keep(r) may write what map_operands read of row r (a column of per-row values): each row's
+// operands are read when the row begins. The bits are map_rows' on every row: the same row
+// bodies, blocks and sums.
+template <class Out, bool Streamed, class Sums, class ReduceF, class... ReduceOperands, class Keep,
+          class MapF, class... MapOperands>
+void reduce_then_map_rows(const destination<Out, Streamed>& to, const Sums& sums,
+                          ReduceF&& reduce_f, const std::tuple<ReduceOperands...>& reduce_operands,
+                          Keep&& keep, MapF&& map_f,
+                          const std::tuple<MapOperands...>& map_operands) {
+  static_assert(!Streamed, "tilekern::vector::sums_then_map: no streamed destination");
+  const std::size_t rows = to.to.rows(), cols = to.to.cols();
+  if (rows * cols == 0) return;
+  const auto with_scratch = [cols](const auto& operands, auto&& body) {
+    std::apply([&](const auto&... each) { with_repeat_scratch(cols, body, each...); }, operands);
+  };
+  with_scratch(reduce_operands, [&](const auto&... reduce_sources) {
+    with_scratch(map_operands, [&](const auto&... map_sources) {
+      visit_lanes([&](auto d) {
+        with_blocks<true, no_output>(
+            d, cols,
+            [&](auto reduce_blocks, const auto&... reducing) {
+              with_blocks<false, Out>(
+                  d, cols,
+                  [&](auto map_blocks, const auto&... mapping) {
+                    // Locals, as in map_rows: not captured by any lambda, so that no vector store
+                    // can alias them and gcc keeps them in registers.
+                    const std::size_t cols = to.to.cols();
+                    const lane_store<Out, decltype(d)> out(d, to);
+                    const lane_store<no_output, decltype(d)> nothing(
+                        d, destination<no_output>{view<no_output>(nullptr, rows, cols)});
+                    for (std::size_t r = 0; r < rows; ++r) {
+                      map_row<true, combine::sum>(d, reduce_blocks, nothing, sums, reduce_f, r,
+                                                  cols, reducing...);
+                      if (keep(r)) {
+                        map_row<false, combine::sum>(d, map_blocks, out, column_out{nullptr, 0},
+                                                     map_f, r, cols, mapping...);
+                      }
+                    }
+                  },
+                  map_sources...);
+            },
+            reduce_sources...);
+      });
+    });
+  });
 }
 
 // The column loop: acc(0, c) = Op(acc(0, c), f(d, lanes of each operand at (r, c))) for r = 0,

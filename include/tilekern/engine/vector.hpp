@@ -27,6 +27,9 @@
 //   row_sum row_max row_min row_mean (column, x)   one fp32 value per row of x
 //   col_sum col_max col_min col_mean (row, x)      one fp32 value per column of x
 //   bn_stats(stats, x), bn_aggr(mean_var, stats)   per-row mean and variance in chunks
+//   sums_then_map(dst, sums, reduce_f, reduce_sources, keep, map_f, map_sources)
+//                                    row by row: the row's fp32 sums of reduce_f, then, if
+//                                    keep(r), row r of dst = map_f (see there)
 //
 // Reductions: fp32, 64 partial results per row on every path, each adding one element of every
 // whole round of 64 and at most one of the rest, in element order (element c into partial c % 64;
@@ -475,6 +478,69 @@ void row_sums_of(FirstSums&& first_sums, SecondSums&& second_sums, F&& f, const 
       },
       f, first, sources...);
 }
+// Row by row: sums[r] = the fp32 sum over c of reduce_f(d, reduce_sources...)(r, c), as
+// row_sum_of (sums one column), or row_sums_of (sums an std::array of two, reduce_f returning a
+// pair); then, if keep(r) returns true, row r of dst = map_f(d, map_sources...), as map (dst a
+// view or rounded(...), not streamed: the kernels stream through map's block passes). Both
+// take their sources as std::tuples (std::forward_as_tuple), the first of reduce_sources giving
+// the shape, which dst must have. keep(r) may write row r of the columns map_sources read: a
+// row's sources are read when its pass begins. So a row's statistics and its map run while the
+// row is in L1, in place of a pass over every row for each (a block of rows in L2); the bits are
+// those of the separate operations.
+template <class Dst, class Sums, class ReduceF, class... ReduceSources, class Keep, class MapF,
+          class... MapSources>
+void sums_then_map(Dst&& dst, const Sums& sums, ReduceF&& reduce_f,
+                   const std::tuple<ReduceSources...>& reduce_sources, Keep&& keep, MapF&& map_f,
+                   const std::tuple<MapSources...>& map_sources) {
+  constexpr const char* function = "tilekern::vector::sums_then_map";
+  static_assert(
+      sizeof...(ReduceSources) >= 1 && sizeof...(ReduceSources) <= 6 && sizeof...(MapSources) <= 8,
+      "tilekern::vector::sums_then_map: 1 to 6 reduce sources, at most 8 map sources");
+  const auto to = detail::as_destination(std::forward<Dst>(dst));
+  detail::check_destination<decltype(to)>();
+  const auto shape = detail::as_source(std::get<0>(reduce_sources));
+  const std::size_t rows = shape.rows(), cols = shape.cols();
+  if (to.to.rows() != rows || to.to.cols() != cols) {
+    detail::throw_shape_error([&] {
+      return std::string(function) + ": dst is " + detail::shape_text(to.to.rows(), to.to.cols()) +
+             ", expected " + detail::shape_text(rows, cols) + " (the first reduce source)";
+    });
+  }
+  const auto column_of = [&](const char* name, const auto& out) {
+    return detail::resolve_column(function, name, detail::to_view(out), rows);
+  };
+  const auto columns = [&] {
+    if constexpr (std::is_same_v<Sums, std::array<view<float>, 2>>) {
+      return std::array{column_of("first sums", sums[0]), column_of("second sums", sums[1])};
+    } else {
+      return column_of("sums", sums);
+    }
+  }();
+  const char* reduce_names[] = {"reduce source 1", "reduce source 2", "reduce source 3",
+                                "reduce source 4", "reduce source 5", "reduce source 6"};
+  const char* map_names[] = {"map source 1", "map source 2", "map source 3", "map source 4",
+                             "map source 5", "map source 6", "map source 7", "map source 8"};
+  const auto resolve_all = [&](const auto& sources, const char* const* names) {
+    std::size_t next = 0;
+    const auto resolve_next = [&](const auto& source) {
+      return detail::resolve(function, names[next++], detail::as_source(source), rows, cols);
+    };
+    // Braced initialisation evaluates in order, so each source meets its own name.
+    return std::apply([&](const auto&... each) { return std::tuple{resolve_next(each)...}; },
+                      sources);
+  };
+  // The first reduce source has the shape: it varies along the row.
+  auto reducing = resolve_all(reduce_sources, reduce_names);
+  const auto first = std::get<0>(reducing).template as<detail::along::varies>();
+  detail::reduce_then_map_rows(to, columns, reduce_f,
+                               std::apply(
+                                   [&](const auto&, const auto&... rest) {
+                                     return std::tuple{first, rest...};
+                                   },
+                                   reducing),
+                               keep, map_f, resolve_all(map_sources, map_names));
+}
+
 template <class Acc, class F, class First, class... Sources>
 void col_sum_of(Acc&& acc, F&& f, const First& first, const Sources&... sources) {
   detail::col_sums_expression<1>("tilekern::vector::col_sum_of", {detail::to_view(acc)}, {"acc"}, f,

@@ -20,6 +20,11 @@
 //   3. y = x * rstd * gamma                vector::map, rounded with the caller's cast_options;
 //                                          a large y with non-temporal stores (write_rounded,
 //                                          stream_threshold())
+// Row passes: rows of up to 1024 columns (one chunk) run the three steps row by row instead
+// (vector::sums_then_map: a row's sum, its rstd, then its map, while the row is in L1). A row
+// whose sum needs the scale below is left to the steps above, run over the runs of such rows.
+// The bits are the same either way (tests/kernels/blocks_test.cpp); set_row_passes(false)
+// (simd/isa.hpp) turns the row passes off, and a streamed y never takes them.
 // The backward adds a row sum of g * xhat and a column sum (vector::col_sum_of, rows in order, in
 // fp32 across all blocks) for dgamma, encoded into dgamma at the end.
 //
@@ -416,9 +421,11 @@ void rmsnorm_views(view<const X> x, view<const G> gamma, view<Y> y, float eps,
   const std::size_t block = std::min(rows, norm_block_rows<X>(cols));
   norm_scratch<float, 16> columns(3 * block + 1);  // every value written before it is read
   norm_scratch<double, 4> sums(block);
+  norm_scratch<bool, 4> left_rows(block);
+  bool* const left = left_rows.data();
   const bool streamed = streams(y);
-  for (std::size_t r0 = 0; r0 < rows; r0 += block) {
-    const std::size_t n = std::min(block, rows - r0);
+  // Rows [r0, r0 + n) of x into y, each pass over all of them (steps 1 to 3 at the top).
+  const auto normalise = [&](std::size_t r0, std::size_t n) {
     const rms_columns stats{norm_column(columns.data(), n), norm_column(columns.data() + block, n),
                             norm_column(columns.data() + 2 * block, n)};
     const view<const X> xb = x.block(r0, 0, n, cols);
@@ -439,6 +446,41 @@ void rmsnorm_views(view<const X> x, view<const G> gamma, view<Y> y, float eps,
       };
       write_rounded(y.block(r0 + a, 0, m, cols), cast, (r0 + a) * cols, streamed, normalise);
     });
+  };
+  // The same, row by row (the row passes at the top), where the row's sum of squares needs no
+  // scale; the other rows (flagged in `left`) are left to normalise.
+  const auto row_by_row = [&](std::size_t r0, std::size_t n) {
+    const view<float> partial = norm_column(columns.data(), n),
+                      rstd = norm_column(columns.data() + block, n);
+    const view<const X> xb = x.block(r0, 0, n, cols);
+    const auto count = static_cast<double>(cols);
+    // As rms_statistics and norm_rstd compute it, for one row.
+    const auto factors = [&](std::size_t r) {
+      const double sum = partial(r, 0);
+      left[r] = norm_needs_rescale(sum);
+      if (left[r]) return false;
+      rstd(r, 0) = static_cast<float>(1.0 / std::sqrt(sum / count + static_cast<double>(eps)));
+      return true;
+    };
+    vector::sums_then_map(
+        vector::rounded(y.block(r0, 0, n, cols), cast, r0 * cols, cols), partial,
+        [](auto, auto v) { return v * v; }, std::forward_as_tuple(xb), factors,
+        [](auto, auto v, auto r, auto g) { return v * r * g; },
+        std::forward_as_tuple(xb, norm_per_row(rstd), gamma));
+    norm_runs(
+        n, [&](std::size_t r) { return left[r]; },
+        [&](std::size_t a, std::size_t m, bool flagged) {
+          if (flagged) normalise(r0 + a, m);
+        });
+  };
+  const bool by_row = row_passes() && !streamed && cols <= norm_chunk;
+  for (std::size_t r0 = 0; r0 < rows; r0 += block) {
+    const std::size_t n = std::min(block, rows - r0);
+    if (by_row) {
+      row_by_row(r0, n);
+    } else {
+      normalise(r0, n);
+    }
   }
 }
 

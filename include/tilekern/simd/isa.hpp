@@ -243,4 +243,22 @@ inline void set_row_block_bytes(std::optional<std::size_t> bytes) {
   detail::row_block_bytes_override().store(bytes ? std::max<std::size_t>(*bytes, 1) : 0);
 }
 
+namespace detail {
+inline std::atomic<bool>& row_passes_setting() {
+  static std::atomic<bool> on{true};
+  return on;
+}
+}  // namespace detail
+
+// Whether layernorm and rmsnorm run each row's passes one after the other, the row in L1 for the
+// second (true, the default, where the kernel can: see the kernels' headers), or each pass over a
+// whole block of rows. The results are the same bits either way; set_row_passes(false) is there
+// to measure the difference and to test it. std::nullopt returns to the default.
+inline bool row_passes() {
+  return detail::row_passes_setting().load();
+}
+inline void set_row_passes(std::optional<bool> on) {
+  detail::row_passes_setting().store(on.value_or(true));
+}
+
 }  // namespace tilekern
