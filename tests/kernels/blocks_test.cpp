@@ -10,7 +10,8 @@
 // a buffer that ends right before an unreadable page.
 //
 // layernorm and rmsnorm run each row's passes one after the other where they can
-// (set_row_passes): the same bits as every pass over a block of rows, at 64, 769 and 1024 columns.
+// (set_row_passes): the same bits as every pass over a block of rows, at 64, 769, 1024 and 1025
+// columns.
 // Some rows of x take the norms' second tries (a huge element, a mean far from the first
 // elements', a constant row), in every test here.
 //
@@ -155,10 +156,12 @@ class row_passes_of {
 // layernorm and rmsnorm run a row's passes one after the other where they can (row_passes():
 // rows of up to norm_chunk columns, and for layernorm at least 64, not streamed) and leave the
 // other rows to the passes over blocks of rows: the same bits as those passes on every row
-// (set_row_passes(false)), with the rows of second tries above among them.
+// (set_row_passes(false)), with the rows of second tries above among them. 1025 columns are two
+// chunks, which only the block passes sum as the kernels' headers say.
 template <class T>
 void same_bits_row_by_row(const char* format) {
-  for (const std::size_t cols : {std::size_t{64}, std::size_t{769}, std::size_t{1024}}) {
+  for (const std::size_t cols :
+       {std::size_t{64}, std::size_t{769}, std::size_t{1024}, std::size_t{1025}}) {
     const std::size_t rows = 37;
     const auto want = [&] {
       const row_passes_of off(false);

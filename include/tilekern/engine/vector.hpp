@@ -530,7 +530,7 @@ void sums_then_map(Dst&& dst, const Sums& sums, ReduceF&& reduce_f,
                       sources);
   };
   // The first reduce source has the shape: it varies along the row.
-  auto reducing = resolve_all(reduce_sources, reduce_names);
+  const auto reducing = resolve_all(reduce_sources, reduce_names);
   const auto first = std::get<0>(reducing).template as<detail::along::varies>();
   detail::reduce_then_map_rows(to, columns, reduce_f,
                                std::apply(

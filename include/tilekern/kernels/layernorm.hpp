@@ -36,8 +36,8 @@
 // The bits are the same either way (tests/kernels/blocks_test.cpp); set_row_passes(false)
 // (simd/isa.hpp) turns the row passes off, and a streamed y never takes them. Measured on a
 // 2-core Intel Xeon (Cascade Lake), 1576 x 768 (x and y in L3), medians of 9 rounds alternating
-// the two: fp32 1.13-1.29 times as fast, bf16 1.04 (its per-element encoding, not the reads, is
-// what bounds it); rows in L2 (64 x 768) ran at 0.93-1.05 of the block passes' speed.
+// the two: fp32 1.13-1.24 times as fast, bf16 1.04 (its per-element encoding, not the reads, is
+// what bounds it); 64 x 768 (in L2) fp32 0.92 times, bf16 1.04.
 // Why the one pass holds: s2 = m2 + s1^2 / cols, so where the mean is kept s2 <= 9/8 m2 and the
 // subtraction loses under a bit. c is the mean of 64 of the row's own elements, so (by
 // Cauchy-Schwarz) s1^2 / cols <= cols / 64 * m2 always, and for rows of independent values
@@ -291,7 +291,7 @@ void layernorm_views(view<const X> x, view<const G> gamma, view<const B> beta, v
     });
   };
   // The same, row by row (the row passes at the top), where the row's mean is kept from one pass
-  // and its statistics need no scale; the other rows (flagged in `left`) are left to normalise.
+  // and its statistics need no scale; the other rows are flagged in `left`, for normalise.
   const auto row_by_row = [&](std::size_t r0, std::size_t n) {
     const auto column = [&](std::size_t k) { return norm_column(columns.data() + k * block, n); };
     const view<float> first = column(0), partial = column(1), partial2 = column(2),
@@ -327,22 +327,10 @@ void layernorm_views(view<const X> x, view<const G> gamma, view<const B> beta, v
         },
         std::forward_as_tuple(xb, norm_per_row(shift), norm_per_row(rstd), norm_per_row(low_rstd),
                               gamma, beta));
-    norm_runs(
-        n, [&](std::size_t r) { return left[r]; },
-        [&](std::size_t a, std::size_t m, bool flagged) {
-          if (flagged) normalise(r0 + a, m);
-        });
   };
-  const bool by_row =
-      row_passes() && !streamed && cols >= layernorm_shift_count && cols <= norm_chunk;
-  for (std::size_t r0 = 0; r0 < rows; r0 += block) {
-    const std::size_t n = std::min(block, rows - r0);
-    if (by_row) {
-      row_by_row(r0, n);
-    } else {
-      normalise(r0, n);
-    }
-  }
+  norm_blocks(rows, block,
+              row_passes() && !streamed && cols >= layernorm_shift_count && cols <= norm_chunk,
+              left, row_by_row, normalise);
 }
 
 template <class DY, class X, class G, class DX, class DG, class DB>

@@ -366,6 +366,27 @@ void norm_runs(view<const float> scale, Body&& body) {
       scale.rows(), [&](std::size_t r) { return scale(r, 0) != 1.0f; }, body);
 }
 
+// The loop of the forward kernels over blocks of `block` rows: where by_row, row_by_row(r0, n)
+// (the row passes), which flags in `left` the rows it leaves, then normalise(r0 + a, m) for each
+// run of them; else normalise(r0, n) (every pass over the block).
+template <class RowByRow, class Normalise>
+void norm_blocks(std::size_t rows, std::size_t block, bool by_row, const bool* left,
+                 RowByRow&& row_by_row, Normalise&& normalise) {
+  for (std::size_t r0 = 0; r0 < rows; r0 += block) {
+    const std::size_t n = std::min(block, rows - r0);
+    if (!by_row) {
+      normalise(r0, n);
+      continue;
+    }
+    row_by_row(r0, n);
+    norm_runs(
+        n, [&](std::size_t r) { return left[r]; },
+        [&](std::size_t a, std::size_t m, bool flagged) {
+          if (flagged) normalise(r0 + a, m);
+        });
+  }
+}
+
 // ---- rmsnorm ----
 
 // The per-row factors of a block of rmsnorm rows: xhat = (x * scale) * rstd.
@@ -448,7 +469,7 @@ void rmsnorm_views(view<const X> x, view<const G> gamma, view<Y> y, float eps,
     });
   };
   // The same, row by row (the row passes at the top), where the row's sum of squares needs no
-  // scale; the other rows (flagged in `left`) are left to normalise.
+  // scale; the other rows are flagged in `left`, for normalise.
   const auto row_by_row = [&](std::size_t r0, std::size_t n) {
     const view<float> partial = norm_column(columns.data(), n),
                       rstd = norm_column(columns.data() + block, n);
@@ -467,21 +488,9 @@ void rmsnorm_views(view<const X> x, view<const G> gamma, view<Y> y, float eps,
         [](auto, auto v) { return v * v; }, std::forward_as_tuple(xb), factors,
         [](auto, auto v, auto r, auto g) { return v * r * g; },
         std::forward_as_tuple(xb, norm_per_row(rstd), gamma));
-    norm_runs(
-        n, [&](std::size_t r) { return left[r]; },
-        [&](std::size_t a, std::size_t m, bool flagged) {
-          if (flagged) normalise(r0 + a, m);
-        });
   };
-  const bool by_row = row_passes() && !streamed && cols <= norm_chunk;
-  for (std::size_t r0 = 0; r0 < rows; r0 += block) {
-    const std::size_t n = std::min(block, rows - r0);
-    if (by_row) {
-      row_by_row(r0, n);
-    } else {
-      normalise(r0, n);
-    }
-  }
+  norm_blocks(rows, block, row_passes() && !streamed && cols <= norm_chunk, left, row_by_row,
+              normalise);
 }
 
 template <class DY, class X, class G, class DX, class DG>
