@@ -69,8 +69,8 @@ std::vector<named_bytes> outputs(std::size_t rows, std::size_t cols, std::size_t
   // Rows the norms take through their second tries (layernorm.hpp, rmsnorm.hpp): a huge element
   // (rescaled), a mean far from the first elements' (192 in fp8_e4m3: a second pass for
   // layernorm's mean from 769 columns on), a constant row. No infinite one (1e30 in fp8_e4m3): its
-  // row is NaN, and a NaN's sign is that of whichever NaN operand the fused multiply-add form gcc
-  // picks returns, which differs between the plain and the non-temporal row loops.
+  // row is NaN, and the NaN's sign differs between the plain and the non-temporal row loops
+  // (likely the NaN operand that the fused multiply-add form gcc picks returns: CONTRIBUTING.md).
   if (rows > 3 && std::isfinite(static_cast<float>(T(1e30f)))) x[3 * cols] = T(1e30f);
   if (rows > 5 && cols > 9) x[5 * cols + 9] = T(200.0f);
   if (rows > 7) std::fill_n(x.begin() + static_cast<std::ptrdiff_t>(7 * cols), cols, T(0.25f));
