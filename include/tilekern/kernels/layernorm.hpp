@@ -130,6 +130,33 @@ struct layernorm_columns {
 // this many elements (see the top of this header).
 inline constexpr std::size_t layernorm_shift_count = 64;
 
+// first[r] = the mean of x[r][0 .. 63], the shift c of the one pass (step 1 at the top).
+template <class X>
+void layernorm_first_means(view<const X> xb, view<float> first) {
+  vector::row_sum_of(
+      first, [](auto, auto v) { return v; }, xb.block(0, 0, xb.rows(), layernorm_shift_count));
+  for (std::size_t r = 0; r < xb.rows(); ++r) first(r, 0) *= 1.0f / layernorm_shift_count;
+}
+
+// The two sums of the one pass (step 2): d = x - c and d^2.
+inline constexpr auto layernorm_deviations = [](auto, auto v, auto c) {
+  const auto deviation = v - c;
+  return std::pair(deviation, deviation * deviation);
+};
+
+// A row's one pass from c and its sums s1, s2 of d and d^2 (step 2 at the top): m2, and the mean
+// as shift + low where it is kept (8 s1^2 / cols <= m2); shift and low NaN where it is not.
+struct layernorm_mean {
+  double m2;
+  float shift, low;
+};
+inline layernorm_mean layernorm_one_pass(double c, double s1, double s2, double count) {
+  const double offset = s1 / count, m2 = s2 - s1 * offset;
+  const double mean = 8 * s1 * offset <= m2 ? c + offset : std::numeric_limits<double>::quiet_NaN();
+  const auto shift = static_cast<float>(mean);
+  return {m2, shift, static_cast<float>(mean - shift)};
+}
+
 // scale, shift and rstd for the rows of xb (see the top of this header). sums: 2 * xb.rows()
 // doubles; scratch: one float.
 template <class X>
@@ -186,24 +213,14 @@ void layernorm_statistics(view<const X> xb, float eps, const layernorm_columns& 
   // mean = c + s1 / cols and m2 = s2 - s1^2 / cols where s1^2 / cols <= m2 / 8, else the shift is
   // left NaN: the mean is not known yet.
   const auto one_pass = [&] {
-    vector::row_sum_of(
-        out.first, [](auto, auto v) { return v; }, xb.block(0, 0, rows, layernorm_shift_count));
-    for (std::size_t r = 0; r < rows; ++r) out.first(r, 0) *= 1.0f / layernorm_shift_count;
-    norm_row_sum_pairs(
-        s1, m2, out.partial, out.partial2,
-        [](auto, auto v, auto c) {
-          const auto deviation = v - c;
-          return std::pair(deviation, deviation * deviation);
-        },
-        xb, norm_per_row(out.first));
+    layernorm_first_means(xb, out.first);
+    norm_row_sum_pairs(s1, m2, out.partial, out.partial2, layernorm_deviations, xb,
+                       norm_per_row(out.first));
     for (std::size_t r = 0; r < rows; ++r) {  // m2 holds s2 until this loop makes it m2
-      const double offset = s1[r] / count, m2_r = m2[r] - s1[r] * offset;
-      const bool kept = 8 * s1[r] * offset <= m2_r;
-      const double mean =
-          kept ? out.first(r, 0) + offset : std::numeric_limits<double>::quiet_NaN();
-      out.shift(r, 0) = static_cast<float>(mean);
-      out.low(r, 0) = static_cast<float>(mean - out.shift(r, 0));
-      m2[r] = m2_r;
+      const layernorm_mean pass = layernorm_one_pass(out.first(r, 0), s1[r], m2[r], count);
+      out.shift(r, 0) = pass.shift;
+      out.low(r, 0) = pass.low;
+      m2[r] = pass.m2;
     }
   };
   std::fill_n(out.scale.data(), rows, 1.0f);
@@ -297,30 +314,22 @@ void layernorm_views(view<const X> x, view<const G> gamma, view<const B> beta, v
     const view<float> first = column(0), partial = column(1), partial2 = column(2),
                       shift = column(3), rstd = column(4), low_rstd = column(5);
     const view<const X> xb = x.block(r0, 0, n, cols);
-    vector::row_sum_of(
-        first, [](auto, auto v) { return v; }, xb.block(0, 0, n, layernorm_shift_count));
-    for (std::size_t r = 0; r < n; ++r) first(r, 0) *= 1.0f / layernorm_shift_count;
+    layernorm_first_means(xb, first);
     const auto count = static_cast<double>(cols);
-    // As layernorm_statistics and norm_rstd compute them, for one row.
     const auto factors = [&](std::size_t r) {
-      const double s1 = partial(r, 0), s2 = partial2(r, 0);
-      const double offset = s1 / count, m2 = s2 - s1 * offset;
-      left[r] = !(8 * s1 * offset <= m2) || !std::isfinite(s1) || norm_needs_rescale(m2);
+      const layernorm_mean pass =
+          layernorm_one_pass(first(r, 0), partial(r, 0), partial2(r, 0), count);
+      left[r] =
+          std::isnan(pass.shift) || !std::isfinite(partial(r, 0)) || norm_needs_rescale(pass.m2);
       if (left[r]) return false;
-      const double mean = first(r, 0) + offset;
-      shift(r, 0) = static_cast<float>(mean);
-      const auto low = static_cast<float>(mean - shift(r, 0));
-      rstd(r, 0) = static_cast<float>(1.0 / std::sqrt(m2 / count + static_cast<double>(eps)));
-      low_rstd(r, 0) = low * rstd(r, 0);
+      shift(r, 0) = pass.shift;
+      rstd(r, 0) = norm_rstd_of(pass.m2, 1.0, count, eps);
+      low_rstd(r, 0) = pass.low * rstd(r, 0);
       return true;
     };
     vector::sums_then_map(
         vector::rounded(y.block(r0, 0, n, cols), cast, r0 * cols, cols),
-        std::array{partial, partial2},
-        [](auto, auto v, auto c) {
-          const auto deviation = v - c;
-          return std::pair(deviation, deviation * deviation);
-        },
+        std::array{partial, partial2}, layernorm_deviations,
         std::forward_as_tuple(xb, norm_per_row(first)), factors,
         [](auto, auto v, auto mean, auto r, auto lr, auto g, auto b) {
           return hn::MulAdd(hn::MulSub(v - mean, r, lr), g, b);

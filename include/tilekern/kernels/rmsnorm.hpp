@@ -301,6 +301,11 @@ inline bool norm_needs_rescale(double sum_of_squares) {
   return !(sum_of_squares >= 0x1p-60 && sum_of_squares <= std::numeric_limits<float>::max());
 }
 
+// 1 / sqrt(sum / count + eps scale^2) in fp64, rounded once to fp32: one row's rstd.
+inline float norm_rstd_of(double sum, double scale, double count, float eps) {
+  return static_cast<float>(1.0 / std::sqrt(sum / count + eps * scale * scale));
+}
+
 // rstd[r] = 1 / sqrt(sums[r] / count + eps scale[r]^2) in fp64, rounded once to fp32, for rows
 // 0 .. rows - 1 of contiguous columns. Lane-wise IEEE arithmetic, so every path gives the bits of
 // the scalar code; one row at a time, the divisions and square root took about 18 cycles a row
@@ -321,10 +326,7 @@ inline void norm_rstd(const double* sums, const float* scale, float* rstd, std::
       }
     }
   });
-  for (; r < rows; ++r) {
-    const double s = scale[r];
-    rstd[r] = static_cast<float>(1.0 / std::sqrt(sums[r] / count + eps * s * s));
-  }
+  for (; r < rows; ++r) rstd[r] = norm_rstd_of(sums[r], scale[r], count, eps);
 }
 
 inline constexpr std::uint64_t norm_stream(const cast_options& cast, std::uint64_t output) {
@@ -475,12 +477,10 @@ void rmsnorm_views(view<const X> x, view<const G> gamma, view<Y> y, float eps,
                       rstd = norm_column(columns.data() + block, n);
     const view<const X> xb = x.block(r0, 0, n, cols);
     const auto count = static_cast<double>(cols);
-    // As rms_statistics and norm_rstd compute it, for one row.
     const auto factors = [&](std::size_t r) {
-      const double sum = partial(r, 0);
-      left[r] = norm_needs_rescale(sum);
+      left[r] = norm_needs_rescale(partial(r, 0));
       if (left[r]) return false;
-      rstd(r, 0) = static_cast<float>(1.0 / std::sqrt(sum / count + static_cast<double>(eps)));
+      rstd(r, 0) = norm_rstd_of(partial(r, 0), 1.0, count, eps);
       return true;
     };
     vector::sums_then_map(
