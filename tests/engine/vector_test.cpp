@@ -1066,38 +1066,53 @@ TEST_CASE("vector: row_sums_of gives two sums of one pass") {
 }
 
 // sums_then_map, row by row: the bits of row_sums_of over the whole tensor, then of map with a
-// column keep(r) writes as the row comes; rows keep refuses stay untouched.
+// column keep(r) writes as the row comes; rows keep refuses stay untouched. With q > 1, the reduce
+// sources hold each row of x as q rows of cols / q elements (x's rows one after another), and
+// keep(r) adds rows q r to q r + q - 1 of the sums.
 template <class X, class D>
-void check_sums_then_map(shape s, std::uint64_t seed) {
-  tensor<X> x(s.rows, s.cols, s.cols + 2);
+void check_sums_then_map(shape s, std::uint64_t seed, std::size_t q = 1) {
+  tensor<X> x(s.rows, s.cols, q == 1 ? s.cols + 2 : s.cols);
   tensor<float> w(1, s.cols);
   fill_uniform(x, seed, -8, 8);
   fill_uniform(w, seed + 1, -1, 1);
+  const std::size_t part = s.cols / q;
+  const view<const X> parts(x.cv().data(), s.rows * q, part, q == 1 ? s.cols + 2 : part);
+  const view<const float> part_w = w.cv().block(0, 0, 1, part);
   const auto pair = [](auto, auto a, auto b) { return std::pair(a * b, a * a); };
   const auto f = [](auto, auto a, auto m, auto b) { return hn::MulAdd(a, m, b); };
-  const auto factor_of = [](float first, float second) { return first / (1.0f + second); };
+  const auto factor_of = [q](tensor<float>& first, tensor<float>& second, std::size_t r) {
+    float sum = 0, sum2 = 0;
+    for (std::size_t i = r * q; i < (r + 1) * q; ++i) {
+      sum += first(i, 0);
+      sum2 += second(i, 0);
+    }
+    return sum / (1.0f + sum2);
+  };
   const cast_options stochastic{.round = rounding::stochastic, .seed = 5};
   for (const cast_options& cast : {cast_options{}, stochastic}) {
-    tensor<float> first(s.rows, 1), second(s.rows, 1), factor(s.rows, 1);
-    vector::row_sums_of(first.v(), second.v(), pair, x.cv(), w.cv());
-    for (std::size_t r = 0; r < s.rows; ++r) factor(r, 0) = factor_of(first(r, 0), second(r, 0));
+    tensor<float> first(s.rows * q, 1), second(s.rows * q, 1), factor(s.rows, 1);
+    vector::row_sums_of(first.v(), second.v(), pair, parts, part_w);
+    for (std::size_t r = 0; r < s.rows; ++r) factor(r, 0) = factor_of(first, second, r);
     tensor<D> want(s.rows, s.cols, s.cols + 1), got(s.rows, s.cols, s.cols + 1);
     vector::map(vector::rounded(want.v(), cast, 7, s.cols), f, x.cv(), vector::column(factor.cv()),
                 w.cv());
-    tensor<float> got_first(s.rows, 1), got_second(s.rows, 1), got_factor(s.rows, 1);
+    tensor<float> got_first(s.rows * q, 1), got_second(s.rows * q, 1), got_factor(s.rows, 1);
     vector::sums_then_map(
         vector::rounded(got.v(), cast, 7, s.cols), std::array{got_first.v(), got_second.v()}, pair,
-        std::forward_as_tuple(x.cv(), w.cv()),
+        std::forward_as_tuple(parts, part_w),
         [&](std::size_t r) {
-          got_factor(r, 0) = factor_of(got_first(r, 0), got_second(r, 0));
+          got_factor(r, 0) = factor_of(got_first, got_second, r);
           return r % 3 != 1;
         },
         f, std::forward_as_tuple(x.cv(), vector::column(got_factor.cv()), w.cv()));
     const std::string what = type_name<X>() + " to " + type_name<D>() + " " +
-                             shape_name(s.rows, s.cols) + " " + describe_cast(cast);
+                             shape_name(s.rows, s.cols) + " in " + std::to_string(q) + " " +
+                             describe_cast(cast);
+    for (std::size_t r = 0; r < s.rows * q; ++r) {
+      REQUIRE_MESSAGE(bits_of(got_first(r, 0)) == bits_of(first(r, 0)), what, " sum ", r);
+      REQUIRE_MESSAGE(bits_of(got_second(r, 0)) == bits_of(second(r, 0)), what, " sum ", r);
+    }
     for (std::size_t r = 0; r < s.rows; ++r) {
-      REQUIRE_MESSAGE(bits_of(got_first(r, 0)) == bits_of(first(r, 0)), what, " row ", r);
-      REQUIRE_MESSAGE(bits_of(got_second(r, 0)) == bits_of(second(r, 0)), what, " row ", r);
       for (std::size_t c = 0; c < s.cols; ++c) {
         const D expected = r % 3 != 1 ? want(r, c) : sentinel<D>();
         REQUIRE_MESSAGE(bits_of(got(r, c)) == bits_of(expected), what, " (", r, ", ", c, ")");
@@ -1112,6 +1127,14 @@ TEST_CASE("vector: sums_then_map gives the bits of row_sums_of and map, row by r
     check_sums_then_map<bf16, bf16>(s, s.cols);
     check_sums_then_map<float, float>(s, s.cols + 1);
     check_sums_then_map<fp16, fp8_e4m3>(s, s.cols + 2);
+  }
+  // Each row of dst as q rows of the reduce sources.
+  for (const auto& [s, q] :
+       {std::pair{shape{3, 4}, std::size_t{4}}, std::pair{shape{5, 66}, std::size_t{2}},
+        std::pair{shape{4, 3 * 1031}, std::size_t{3}}}) {
+    check_sums_then_map<bf16, bf16>(s, s.cols, q);
+    check_sums_then_map<float, float>(s, s.cols + 1, q);
+    check_sums_then_map<fp16, fp8_e4m3>(s, s.cols + 2, q);
   }
   // One sum (a column, not an array of two), and the shape errors, before anything is written.
   tensor<float> x(4, 5), sums(4, 1), y(4, 5), wrong(2, 3), short_sums(3, 1);
@@ -1134,7 +1157,23 @@ TEST_CASE("vector: sums_then_map gives the bits of row_sums_of and map, row by r
         vector::sums_then_map(untouched.v(), sums.v(), square, std::forward_as_tuple(wrong.cv()),
                               keep, copy, std::forward_as_tuple(wrong.cv()));
       },
-      {function, "dst is 4x5", "expected 2x3"});
+      {function, "dst is 4x5", "expected 2x3 (the first reduce source), or each of its rows q"});
+  // 8 x 2 is 4 x 5 in no way (8 = 4 q, q 2, but 2 * 2 != 5); 8 x 3 with sums of 4 rows, not 8.
+  tensor<float> eight(8, 2), eight_by_3(8, 3), sums_8(8, 1);
+  check_shape_error(
+      [&] {
+        vector::sums_then_map(untouched.v(), sums_8.v(), square, std::forward_as_tuple(eight.cv()),
+                              keep, copy, std::forward_as_tuple(x.cv()));
+      },
+      {function, "dst is 4x5", "expected 8x2"});
+  tensor<float> four_by_6(4, 6);
+  check_shape_error(
+      [&] {
+        vector::sums_then_map(four_by_6.v(), sums.v(), square,
+                              std::forward_as_tuple(eight_by_3.cv()), keep, copy,
+                              std::forward_as_tuple(four_by_6.cv()));
+      },
+      {function, "sums is 4x1", "expected 8x1"});
   check_shape_error(
       [&] {
         vector::sums_then_map(untouched.v(), short_sums.v(), square, std::forward_as_tuple(x.cv()),

@@ -154,14 +154,16 @@ class row_passes_of {
 };
 
 // layernorm and rmsnorm run a row's passes one after the other where they can (row_passes():
-// rows of up to norm_chunk columns, and for layernorm at least 64, not streamed) and leave the
-// other rows to the passes over blocks of rows: the same bits as those passes on every row
-// (set_row_passes(false)), with the rows of second tries above among them. 1025 columns are two
-// chunks, which only the block passes sum as the kernels' headers say.
+// rows of up to norm_chunk columns, or of 2 to norm_row_pass_chunks whole chunks stored one after
+// another; for layernorm at least 64; not streamed) and leave the other rows to the passes over
+// blocks of rows: the same bits as those passes on every row (set_row_passes(false)), with the
+// rows of second tries above among them. Rows of 2048 to 8192 columns are summed a chunk at a
+// time; 1025 and 9216 columns take only the block passes.
 template <class T>
 void same_bits_row_by_row(const char* format) {
   for (const std::size_t cols :
-       {std::size_t{64}, std::size_t{769}, std::size_t{1024}, std::size_t{1025}}) {
+       {std::size_t{64}, std::size_t{769}, std::size_t{1024}, std::size_t{1025}, std::size_t{2048},
+        std::size_t{4096}, std::size_t{8192}, std::size_t{9216}}) {
     const std::size_t rows = 37;
     const auto want = [&] {
       const row_passes_of off(false);

@@ -965,7 +965,8 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
 // Two passes of map_rows over each row in turn, so that the second reads the row from L1, where
 // the first left it: for each row r,
 //   the row sums of reduce_f over reduce_operands into sums (map_rows with Reduce, no
-//   destination),
+//   destination), for its rows r * chunks to r * chunks + chunks - 1: reduce_operands hold each
+//   row of `to` as `chunks` rows of cols / chunks elements (one row where chunks is 1),
 //   then, if keep(r), row r of `to` = map_f over map_operands (map_rows without Reduce).
 // keep(r) may write what map_operands read of row r (a column of per-row values): each row's
 // operands are read when the row begins. The bits are map_rows' on every row: the same row
@@ -974,32 +975,35 @@ template <class Out, bool Streamed, class Sums, class ReduceF, class... ReduceOp
           class MapF, class... MapOperands>
 void reduce_then_map_rows(const destination<Out, Streamed>& to, const Sums& sums,
                           ReduceF&& reduce_f, const std::tuple<ReduceOperands...>& reduce_operands,
-                          Keep&& keep, MapF&& map_f,
-                          const std::tuple<MapOperands...>& map_operands) {
+                          Keep&& keep, MapF&& map_f, const std::tuple<MapOperands...>& map_operands,
+                          std::size_t chunks) {
   static_assert(!Streamed, "tilekern::vector::sums_then_map: no streamed destination");
-  const std::size_t rows = to.to.rows(), cols = to.to.cols();
+  const std::size_t rows = to.to.rows(), cols = to.to.cols(), chunk_cols = cols / chunks;
   if (rows * cols == 0) return;
-  const auto with_scratch = [cols](const auto& operands, auto&& body) {
-    std::apply([&](const auto&... each) { with_repeat_scratch(cols, body, each...); }, operands);
+  const auto with_scratch = [](std::size_t n, const auto& operands, auto&& body) {
+    std::apply([&](const auto&... each) { with_repeat_scratch(n, body, each...); }, operands);
   };
-  with_scratch(reduce_operands, [&](const auto&... reduce_sources) {
-    with_scratch(map_operands, [&](const auto&... map_sources) {
+  with_scratch(chunk_cols, reduce_operands, [&](const auto&... reduce_sources) {
+    with_scratch(cols, map_operands, [&](const auto&... map_sources) {
       visit_lanes([&](auto d) {
         with_blocks<true, no_output>(
-            d, cols,
+            d, chunk_cols,
             [&](auto reduce_blocks, const auto&... reducing) {
               with_blocks<false, Out>(
                   d, cols,
                   [&](auto map_blocks, const auto&... mapping) {
                     // Locals, as in map_rows: not captured by any lambda, so that no vector store
                     // can alias them and gcc keeps them in registers.
-                    const std::size_t cols = to.to.cols();
+                    const std::size_t cols = to.to.cols(), chunk_cols = cols / chunks;
                     const lane_store<Out, decltype(d)> out(d, to);
                     const lane_store<no_output, decltype(d)> nothing(
-                        d, destination<no_output>{view<no_output>(nullptr, rows, cols)});
+                        d, destination<no_output>{
+                               view<no_output>(nullptr, rows * chunks, chunk_cols)});
                     for (std::size_t r = 0; r < rows; ++r) {
-                      map_row<true, combine::sum>(d, reduce_blocks, nothing, sums, reduce_f, r,
-                                                  cols, reducing...);
+                      for (std::size_t k = r * chunks; k < (r + 1) * chunks; ++k) {
+                        map_row<true, combine::sum>(d, reduce_blocks, nothing, sums, reduce_f, k,
+                                                    chunk_cols, reducing...);
+                      }
                       if (keep(r)) {
                         map_row<false, combine::sum>(d, map_blocks, out, column_out{nullptr, 0},
                                                      map_f, r, cols, mapping...);

@@ -51,6 +51,7 @@
 // writes (mean, variance = m2 / count), so splitting a row into chunks loses nothing: the result
 // is within a few u of the fp64 two-pass statistics whatever the row's offset from zero.
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstddef>
@@ -487,6 +488,10 @@ void row_sums_of(FirstSums&& first_sums, SecondSums&& second_sums, F&& f, const 
 // row's sources are read when its pass begins. So a row's statistics and its map run while the
 // row is in L1, in place of a pass over every row for each (a block of rows in L2); the bits are
 // those of the separate operations.
+// The reduce sources may also hold each row of dst as q rows of cols / q elements (dst rows x
+// cols, the first reduce source (q rows) x (cols / q), e.g. a view of dst's rows stored one after
+// another with stride cols / q): then rows q r to q r + q - 1 of sums are summed before keep(r),
+// as row_sum_of over the reduce sources would sum them.
 template <class Dst, class Sums, class ReduceF, class... ReduceSources, class Keep, class MapF,
           class... MapSources>
 void sums_then_map(Dst&& dst, const Sums& sums, ReduceF&& reduce_f,
@@ -499,15 +504,17 @@ void sums_then_map(Dst&& dst, const Sums& sums, ReduceF&& reduce_f,
   const auto to = detail::as_destination(std::forward<Dst>(dst));
   detail::check_destination<decltype(to)>();
   const auto shape = detail::as_source(std::get<0>(reduce_sources));
-  const std::size_t rows = shape.rows(), cols = shape.cols();
-  if (to.to.rows() != rows || to.to.cols() != cols) {
+  const std::size_t rows = to.to.rows(), cols = to.to.cols();
+  const std::size_t q = rows == 0 ? 1 : std::max<std::size_t>(1, shape.rows() / rows);
+  if (shape.rows() != rows * q || shape.cols() * q != cols) {
     detail::throw_shape_error([&] {
-      return std::string(function) + ": dst is " + detail::shape_text(to.to.rows(), to.to.cols()) +
-             ", expected " + detail::shape_text(rows, cols) + " (the first reduce source)";
+      return std::string(function) + ": dst is " + detail::shape_text(rows, cols) + ", expected " +
+             detail::shape_text(shape.rows(), shape.cols()) +
+             " (the first reduce source), or each of its rows q at a time as one";
     });
   }
   const auto column_of = [&](const char* name, const auto& out) {
-    return detail::resolve_column(function, name, detail::to_view(out), rows);
+    return detail::resolve_column(function, name, detail::to_view(out), rows * q);
   };
   const auto columns = [&] {
     if constexpr (std::is_same_v<Sums, std::array<view<float>, 2>>) {
@@ -520,17 +527,18 @@ void sums_then_map(Dst&& dst, const Sums& sums, ReduceF&& reduce_f,
                                 "reduce source 4", "reduce source 5", "reduce source 6"};
   const char* map_names[] = {"map source 1", "map source 2", "map source 3", "map source 4",
                              "map source 5", "map source 6", "map source 7", "map source 8"};
-  const auto resolve_all = [&](const auto& sources, const char* const* names) {
+  const auto resolve_all = [&](const auto& sources, const char* const* names, std::size_t parts) {
     std::size_t next = 0;
     const auto resolve_next = [&](const auto& source) {
-      return detail::resolve(function, names[next++], detail::as_source(source), rows, cols);
+      return detail::resolve(function, names[next++], detail::as_source(source), rows * parts,
+                             cols / parts);
     };
     // Braced initialisation evaluates in order, so each source meets its own name.
     return std::apply([&](const auto&... each) { return std::tuple{resolve_next(each)...}; },
                       sources);
   };
   // The first reduce source has the shape: it varies along the row.
-  const auto reducing = resolve_all(reduce_sources, reduce_names);
+  const auto reducing = resolve_all(reduce_sources, reduce_names, q);
   const auto first = std::get<0>(reducing).template as<detail::along::varies>();
   detail::reduce_then_map_rows(to, columns, reduce_f,
                                std::apply(
@@ -538,7 +546,7 @@ void sums_then_map(Dst&& dst, const Sums& sums, ReduceF&& reduce_f,
                                      return std::tuple{first, rest...};
                                    },
                                    reducing),
-                               keep, map_f, resolve_all(map_sources, map_names));
+                               keep, map_f, resolve_all(map_sources, map_names, 1), q);
 }
 
 template <class Acc, class F, class First, class... Sources>

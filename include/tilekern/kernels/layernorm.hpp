@@ -29,15 +29,18 @@
 //      y = xhat * gamma + beta                 one fp32 value per row), rounded with the caller's
 //                                              cast_options; a large y with non-temporal stores
 //                                              (write_rounded, stream_threshold())
-// Row passes: rows of 64 to 1024 columns (one chunk) run steps 2 to 4 row by row instead
-// (vector::sums_then_map: a row's sums, its statistics in fp64, then its map, while the row is in
-// L1), after step 1 over the block. A row whose mean is not kept from the one pass, or whose
-// statistics need the scale below, is left to the steps above, run over the runs of such rows.
-// The bits are the same either way (tests/kernels/blocks_test.cpp); set_row_passes(false)
-// (simd/isa.hpp) turns the row passes off, and a streamed y never takes them. Measured on a
-// 2-core Intel Xeon (Cascade Lake), 1576 x 768 (x and y in L3), medians of 9 rounds alternating
-// the two: fp32 1.13-1.24 times as fast, bf16 1.04 (its per-element encoding, not the reads, is
-// what bounds it); 64 x 768 (in L2) fp32 0.92 times, bf16 1.04.
+// Row passes: rows of 64 to 1024 columns (one chunk), and rows of 2 to 8 whole chunks where x's
+// rows lie one after another (norm_row_chunks in rmsnorm.hpp), run steps 2 to 4 row by row
+// instead (vector::sums_then_map: a row's sums, a chunk at a time, its statistics in fp64, then
+// its map, while the row is in L1 or near it), after step 1 over the block. A row whose mean is
+// not kept from the one pass, or whose statistics need the scale below, is left to the steps
+// above, run over the runs of such rows. The bits are the same either way
+// (tests/kernels/blocks_test.cpp); set_row_passes(false) (simd/isa.hpp) turns the row passes
+// off, and a streamed y never takes them. Measured on a 2-core Intel Xeon (Cascade Lake), medians
+// of 5 to 9 rounds alternating the two, x and y in L3 or beyond: 1576 x 768 fp32 1.13-1.24 times
+// as fast, bf16 1.04 (its per-element encoding, not the reads, is what bounds it); 4096 x 4096
+// fp32 1.07-1.10, bf16 1.06-1.12; 8192 x 2048 and 2048 x 8192 1.02-1.09; but 64 x 768 (in L2)
+// fp32 0.92 times, bf16 1.04.
 // Why the one pass holds: s2 = m2 + s1^2 / cols, so where the mean is kept s2 <= 9/8 m2 and the
 // subtraction loses under a bit. c is the mean of 64 of the row's own elements, so (by
 // Cauchy-Schwarz) s1^2 / cols <= cols / 64 * m2 always, and for rows of independent values
@@ -266,11 +269,15 @@ void layernorm_views(view<const X> x, view<const G> gamma, view<const B> beta, v
   if (rows * cols == 0) return;
 
   const std::size_t block = std::min(rows, norm_block_rows<X>(cols));
-  norm_scratch<float, 40> columns(8 * block + 1);  // every value written before it is read
+  const bool streamed = streams(y);
+  const std::size_t q = row_passes() && !streamed && cols >= layernorm_shift_count
+                            ? norm_row_chunks(x)
+                            : 0;  // 0: no row passes
+  // every value written before it is read
+  norm_scratch<float, 40> columns(std::max<std::size_t>(8, 3 * q + 4) * block + 1);
   norm_scratch<double, 8> sums(2 * block);
   norm_scratch<bool, 8> left_rows(block);
   bool* const left = left_rows.data();
-  const bool streamed = streams(y);
   // Rows [r0, r0 + n) of x into y, each pass over all of them (steps 1 to 4 at the top).
   const auto normalise = [&](std::size_t r0, std::size_t n) {
     const auto column = [&](std::size_t k) { return norm_column(columns.data() + k * block, n); };
@@ -311,16 +318,18 @@ void layernorm_views(view<const X> x, view<const G> gamma, view<const B> beta, v
   // and its statistics need no scale; the other rows are flagged in `left`, for normalise.
   const auto row_by_row = [&](std::size_t r0, std::size_t n) {
     const auto column = [&](std::size_t k) { return norm_column(columns.data() + k * block, n); };
-    const view<float> first = column(0), partial = column(1), partial2 = column(2),
-                      shift = column(3), rstd = column(4), low_rstd = column(5);
+    const view<float> first = column(0), shift = column(1), rstd = column(2), low_rstd = column(3);
+    const view<float> partial = norm_column(columns.data() + 4 * block, n * q),
+                      partial2 = norm_column(columns.data() + (4 + q) * block, n * q);
+    float* repeated = columns.data() + (4 + 2 * q) * block;
     const view<const X> xb = x.block(r0, 0, n, cols);
     layernorm_first_means(xb, first);
     const auto count = static_cast<double>(cols);
     const auto factors = [&](std::size_t r) {
+      const double s1 = norm_chunk_total(partial, r, q);
       const layernorm_mean pass =
-          layernorm_one_pass(first(r, 0), partial(r, 0), partial2(r, 0), count);
-      left[r] =
-          std::isnan(pass.shift) || !std::isfinite(partial(r, 0)) || norm_needs_rescale(pass.m2);
+          layernorm_one_pass(first(r, 0), s1, norm_chunk_total(partial2, r, q), count);
+      left[r] = std::isnan(pass.shift) || !std::isfinite(s1) || norm_needs_rescale(pass.m2);
       if (left[r]) return false;
       shift(r, 0) = pass.shift;
       rstd(r, 0) = norm_rstd_of(pass.m2, 1.0, count, eps);
@@ -330,16 +339,16 @@ void layernorm_views(view<const X> x, view<const G> gamma, view<const B> beta, v
     vector::sums_then_map(
         vector::rounded(y.block(r0, 0, n, cols), cast, r0 * cols, cols),
         std::array{partial, partial2}, layernorm_deviations,
-        std::forward_as_tuple(xb, norm_per_row(first)), factors,
+        std::tuple(norm_chunk_rows(xb, q, repeated),
+                   norm_chunk_rows(norm_per_row(first), q, repeated)),
+        factors,
         [](auto, auto v, auto mean, auto r, auto lr, auto g, auto b) {
           return hn::MulAdd(hn::MulSub(v - mean, r, lr), g, b);
         },
         std::forward_as_tuple(xb, norm_per_row(shift), norm_per_row(rstd), norm_per_row(low_rstd),
                               gamma, beta));
   };
-  norm_blocks(rows, block,
-              row_passes() && !streamed && cols >= layernorm_shift_count && cols <= norm_chunk,
-              left, row_by_row, normalise);
+  norm_blocks(rows, block, q > 0, left, row_by_row, normalise);
 }
 
 template <class DY, class X, class G, class DX, class DG, class DB>
