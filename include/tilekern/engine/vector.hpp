@@ -488,10 +488,10 @@ void row_sums_of(FirstSums&& first_sums, SecondSums&& second_sums, F&& f, const 
 // row's sources are read when its pass begins. So a row's statistics and its map run while the
 // row is in L1, in place of a pass over every row for each (a block of rows in L2); the bits are
 // those of the separate operations.
-// The reduce sources may also hold each row of dst as q rows of cols / q elements (dst rows x
-// cols, the first reduce source (q rows) x (cols / q), e.g. a view of dst's rows stored one after
-// another with stride cols / q): then rows q r to q r + q - 1 of sums are summed before keep(r),
-// as row_sum_of over the reduce sources would sum them.
+// The reduce sources may also hold each row of dst as q rows of cols / q elements: dst rows x
+// cols, the first reduce source (q * rows) x (cols / q), e.g. a view of rows stored one after
+// another, with stride cols / q. Then sums has q * rows rows, and keep(r) reads rows q r to
+// q r + q - 1 of it: the sums row_sum_of (or row_sums_of) over the reduce sources would give.
 template <class Dst, class Sums, class ReduceF, class... ReduceSources, class Keep, class MapF,
           class... MapSources>
 void sums_then_map(Dst&& dst, const Sums& sums, ReduceF&& reduce_f,
