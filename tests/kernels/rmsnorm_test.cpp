@@ -307,7 +307,8 @@ TEST_CASE("rmsnorm: mixed formats, and the measured fp32 error") {
 
 TEST_CASE("rmsnorm: rows of whole chunks, stored one after another or strided, the same bits") {
   // Rows of several chunks (norm_chunk) stored one after another are summed as rows of one chunk
-  // each, in one reduction; with a row stride, chunk by chunk: the same fp32 sums either way.
+  // each (row by row in the row passes, blocks_test.cpp); with a row stride, chunk by chunk, in
+  // the block passes: the same fp32 sums either way.
   for (std::size_t rows : {std::size_t{2}, std::size_t{5}}) {
     problem<bf16, bf16> dense(rows, 3072, 3072), strided(rows, 3072, 3077);
     for (auto* p : {&dense, &strided}) {

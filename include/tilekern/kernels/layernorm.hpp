@@ -270,9 +270,9 @@ void layernorm_views(view<const X> x, view<const G> gamma, view<const B> beta, v
 
   const std::size_t block = std::min(rows, norm_block_rows<X>(cols));
   const bool streamed = streams(y);
-  const std::size_t q = row_passes() && !streamed && cols >= layernorm_shift_count
-                            ? norm_row_chunks(x)
-                            : 0;  // 0: no row passes
+  // The chunk-rows the row passes read each row of x as (norm_row_chunks); 0: no row passes.
+  const std::size_t q =
+      row_passes() && !streamed && cols >= layernorm_shift_count ? norm_row_chunks(x) : 0;
   // every value written before it is read
   norm_scratch<float, 40> columns(std::max<std::size_t>(8, 3 * q + 4) * block + 1);
   norm_scratch<double, 8> sums(2 * block);

@@ -471,7 +471,8 @@ void rmsnorm_views(view<const X> x, view<const G> gamma, view<Y> y, float eps,
 
   const std::size_t block = std::min(rows, norm_block_rows<X>(cols));
   const bool streamed = streams(y);
-  const std::size_t q = row_passes() && !streamed ? norm_row_chunks(x) : 0;  // 0: no row passes
+  // The chunk-rows the row passes read each row of x as (norm_row_chunks); 0: no row passes.
+  const std::size_t q = row_passes() && !streamed ? norm_row_chunks(x) : 0;
   // every value written before it is read
   norm_scratch<float, 16> columns(std::max<std::size_t>(3, q + 1) * block + 1);
   norm_scratch<double, 4> sums(block);
