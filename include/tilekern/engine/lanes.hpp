@@ -746,14 +746,30 @@ inline column_out sum_column(const std::array<column_out, 2>& sums, std::size_t 
   return sums[k];
 }
 
+// What a row loop prefetches into L1 as it goes: nothing, or, with each whole block from column c
+// on, the lanes from element c of `row` (reduce_then_map_rows: the next row it reduces, while it
+// maps this one). None on one lane (the scalar path), which would prefetch every element.
+struct no_prefetch {
+  template <class D>
+  HWY_INLINE void at(D, std::size_t) const {}
+};
+template <class T>
+struct prefetch_row {
+  const T* row;
+  template <class D>
+  HWY_INLINE void at(D, std::size_t c) const {
+    if constexpr (hn::MaxLanes(D()) > 1) hwy::Prefetch(row + c);
+  }
+};
+
 // Row r of map_rows (below) on lanes D, with the blocks map_rows chose (Interleave, std::true_type
-// where interleaved blocks apply). Always inlined into its row loop, so that each row loop is
-// compiled as one function.
+// where interleaved blocks apply), prefetching `ahead` with each whole block. Always inlined into
+// its row loop, so that each row loop is compiled as one function.
 template <bool Reduce, combine Op, class D, class Interleave, class Out, bool Streamed, class Sums,
-          class F, class... Sources>
+          class F, class Ahead, class... Sources>
 HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out,
-                        [[maybe_unused]] const Sums& sums, F& f, std::size_t r, std::size_t cols,
-                        const Sources&... sources) {
+                        [[maybe_unused]] const Sums& sums, F& f, const Ahead& ahead, std::size_t r,
+                        std::size_t cols, const Sources&... sources) {
   using result = decltype(f(d, (static_cast<void>(sources), hn::Zero(d))...));
   constexpr std::size_t values = sums_of<result>;
   constexpr std::size_t columns = std::is_same_v<Sums, column_out> ? 1 : 2;
@@ -786,6 +802,7 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
     }
   };
   const auto block = [&](std::size_t c, auto chain) {
+    ahead.at(d, c);
     const auto x = compute([&](const auto& cursor) { return cursor.load(d, c); });
     if constexpr (values == 1) out.store(d, x, r, c);
     reduce(x, chain);
@@ -817,6 +834,8 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
       for_chains<chains / 2>([&](auto pair) {
         constexpr std::size_t chain = 2 * decltype(pair)::value;
         const std::size_t at = c + chain * lanes;
+        ahead.at(d, at);
+        ahead.at(d, at + lanes);
         reduce(
             compute([&](const auto& cursor) { return cursor.template load_interleaved<0>(d, at); }),
             std::integral_constant<std::size_t, chain>());
@@ -827,6 +846,8 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
     }
   } else if constexpr (Interleave::value) {
     for (; c + 2 * lanes <= cols; c += 2 * lanes) {
+      ahead.at(d, c);
+      ahead.at(d, c + lanes);
       out.store_interleaved(
           compute([&](const auto& cursor) { return cursor.template load_interleaved<0>(d, c); }),
           compute([&](const auto& cursor) { return cursor.template load_interleaved<1>(d, c); }), r,
@@ -842,6 +863,8 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
         for_chains<chains / 2>([&](auto pair) {
           constexpr std::size_t chain = 2 * decltype(pair)::value;
           const std::size_t at = c + chain * lanes;
+          ahead.at(d, at);
+          ahead.at(d, at + lanes);
           const auto first = compute([&](const auto& cursor) { return cursor.load(d, at); });
           const auto second =
               compute([&](const auto& cursor) { return cursor.load(d, at + lanes); });
@@ -946,7 +969,7 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
     const std::size_t cols = to.to.cols();
     const lane_store<Out, D, Streamed> out(d, to);
     for (std::size_t r = 0; r < rows; ++r) {
-      map_row<Reduce, Op>(d, interleave, out, sums, f, r, cols, sources...);
+      map_row<Reduce, Op>(d, interleave, out, sums, f, no_prefetch(), r, cols, sources...);
     }
   };
   with_repeat_scratch(
@@ -971,6 +994,12 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
 // keep(r) may write what map_operands read of row r (a column of per-row values): each row's
 // operands are read when the row begins. The bits are map_rows' on every row: the same row
 // bodies, blocks and sums.
+// While it maps row r, it prefetches the next row's first reduce operand: `cols` elements from the
+// start of row r + 1's first chunk-row, which are all of row r + 1 where its chunk-rows lie one
+// after another (as layernorm's and rmsnorm's do), and otherwise lie within the operand's span.
+// So that row's reduction reads from L1 what it would otherwise wait for: on a 2-core Intel Xeon
+// (Cascade Lake), layernorm and rmsnorm in fp32 and bf16 ran 1.07-1.21 times as fast so at
+// 4096 x 4096 and 1.04-1.28 at 1576 x 768 (medians of 5 to 7 rounds alternating the two).
 template <class Out, bool Streamed, class Sums, class ReduceF, class... ReduceOperands, class Keep,
           class MapF, class... MapOperands>
 void reduce_then_map_rows(const destination<Out, Streamed>& to, const Sums& sums,
@@ -999,14 +1028,17 @@ void reduce_then_map_rows(const destination<Out, Streamed>& to, const Sums& sums
                     const lane_store<no_output, decltype(d)> nothing(
                         d, destination<no_output>{
                                view<no_output>(nullptr, rows * chunks, chunk_cols)});
+                    const auto* const first = std::get<0>(reduce_operands).data;
+                    const std::size_t row_step = chunks * std::get<0>(reduce_operands).row_step;
                     for (std::size_t r = 0; r < rows; ++r) {
                       for (std::size_t k = r * chunks; k < (r + 1) * chunks; ++k) {
-                        map_row<true, combine::sum>(d, reduce_blocks, nothing, sums, reduce_f, k,
-                                                    chunk_cols, reducing...);
+                        map_row<true, combine::sum>(d, reduce_blocks, nothing, sums, reduce_f,
+                                                    no_prefetch(), k, chunk_cols, reducing...);
                       }
                       if (keep(r)) {
+                        const prefetch_row next{first + std::min(r + 1, rows - 1) * row_step};
                         map_row<false, combine::sum>(d, map_blocks, out, column_out{nullptr, 0},
-                                                     map_f, r, cols, mapping...);
+                                                     map_f, next, r, cols, mapping...);
                       }
                     }
                   },
