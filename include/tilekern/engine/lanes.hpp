@@ -761,6 +761,8 @@ struct prefetch_row {
     if constexpr (hn::MaxLanes(D()) > 1) hwy::Prefetch(row + c);
   }
 };
+template <class T>
+prefetch_row(const T*) -> prefetch_row<T>;  // clang 14 deduces no aggregate's arguments
 
 // Row r of map_rows (below) on lanes D, with the blocks map_rows chose (Interleave, std::true_type
 // where interleaved blocks apply), prefetching `ahead` with each whole block. Always inlined into
