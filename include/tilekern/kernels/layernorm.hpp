@@ -40,8 +40,8 @@
 // Lake), medians of 5 to 9 rounds alternating the two, x and y in L3 or beyond: 1576 x 768 fp32
 // 1.13-1.24 times as fast, bf16 1.04 (its per-element encoding, not the reads, is what bounds
 // it); 4096 x 4096 fp32 1.07-1.10, bf16 1.06-1.12; 8192 x 2048 and 2048 x 8192 1.02-1.09; but
-// 64 x 768 (in L2) fp32 0.92 times, bf16 1.04. The prefetch, since, adds 1.08-1.19 at 1576 x 768
-// and 1.07-1.13 at 4096 x 4096 (engine/lanes.hpp, reduce_then_map_rows).
+// 64 x 768 (in L2) fp32 0.92 times, bf16 1.04. Those are from before the prefetch, which adds
+// 1.08-1.19 at 1576 x 768 and 1.07-1.13 at 4096 x 4096 (engine/lanes.hpp, reduce_then_map_rows).
 // Why the one pass holds: s2 = m2 + s1^2 / cols, so where the mean is kept s2 <= 9/8 m2 and the
 // subtraction loses under a bit. c is the mean of 64 of the row's own elements, so (by
 // Cauchy-Schwarz) s1^2 / cols <= cols / 64 * m2 always, and for rows of independent values
