@@ -24,13 +24,15 @@
 // Row passes: rows of up to 1024 columns (one chunk), and rows of 2 to 8 whole chunks where x's
 // rows lie one after another (norm_row_chunks), run the three steps row by row instead
 // (vector::sums_then_map: a row's sum, a chunk at a time, its rstd, then its map, while the row
-// is in L1 or near it, and the next row prefetched during the map). A row whose sum needs the
+// is in L1 or near it, the next row prefetched during the map and, for rows of up to 16 KiB of x
+// and y together, y's row prefetched for writing during the sum). A row whose sum needs the
 // scale below is left to the steps above, run over the runs of such rows. The bits are the same
 // either way (tests/kernels/blocks_test.cpp); set_row_passes(false) (simd/isa.hpp) turns the
 // row passes off, and a streamed y never takes them. Measured as layernorm's (layernorm.hpp):
 // 4096 x 4096 fp32 1.09-1.12 times as fast as the block passes, bf16 1.01-1.09; 8192 x 2048 and
-// 2048 x 8192 1.01-1.05 (before the prefetch, which adds 1.08-1.21 at 4096 x 4096 and 1.04-1.28
-// at 1576 x 768: engine/lanes.hpp, reduce_then_map_rows).
+// 2048 x 8192 1.01-1.05 (before the prefetches: the next row's adds 1.08-1.21 at 4096 x 4096 and
+// 1.04-1.28 at 1576 x 768, y's 1.04-1.10 at 1576 x 768 fp32: engine/lanes.hpp,
+// reduce_then_map_rows).
 // The backward adds a row sum of g * xhat and a column sum (vector::col_sum_of, rows in order, in
 // fp32 across all blocks) for dgamma, encoded into dgamma at the end.
 //
