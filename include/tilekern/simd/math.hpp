@@ -7,7 +7,8 @@
 //
 // Accuracy: the largest error, in fp32 ulp of the exact result, over every fp32 input in [lo, hi]
 // (accuracy(f) below; tests/simd/math_test.cpp checks it densely on every path and exhaustively in
-// its "long" suite). The ulp of an exact result y is the spacing of fp32 in |y|'s binade, and
+// its "long" suite, CTest's simd/long_math, which CI leaves out: run it by hand after a change
+// here). The ulp of an exact result y is the spacing of fp32 in |y|'s binade, and
 // 2^-149 (the subnormal spacing) below 2^-126, so a tiny result (gelu or silu of a large negative
 // x) is measured against its own size, not against an absolute floor.
 //
