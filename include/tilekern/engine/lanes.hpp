@@ -1016,11 +1016,11 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
 // (Cascade Lake), layernorm and rmsnorm in fp32 and bf16 ran 1.07-1.21 times as fast so at
 // 4096 x 4096 and 1.04-1.28 at 1576 x 768 (medians of 5 to 7 rounds alternating the two).
 // While it reduces row r, it prefetches row r of `to` for writing (one prefetch a block), so that
-// the map's stores find their lines in L1, where a row of `to` and one of that operand fit in
-// write_ahead_bytes together (half of a 32 KiB L1). The bench on the same machine, two sets of 4
-// runs alternating the two: 1576 x 768 fp32 layernorm 1.08-1.09 times as fast (1.06-1.10x oneDNN
-// before, 1.15-1.26x after), rmsnorm 1.04-1.10; bf16 within the noise. A hand layernorm loop at
-// 4096 x 4096 fp32 (32 KiB of the two rows) ran 3-10% slower with it: the owned lines push the
+// the map's stores find their lines in L1, where a row of `to` and one of the first reduce operand
+// fit in write_ahead_bytes together (half of a 32 KiB L1). The bench on the same machine, two sets
+// of 4 runs alternating the two: 1576 x 768 fp32 layernorm 1.08-1.09 times as fast (1.06-1.10x
+// oneDNN before, 1.15-1.26x after), rmsnorm 1.04-1.10; bf16 within the noise. A hand layernorm loop
+// at 4096 x 4096 fp32 (32 KiB of the two rows) ran 3-10% slower with it: the owned lines push the
 // row the map reads out of L1.
 inline constexpr std::size_t write_ahead_bytes = std::size_t{16} << 10;
 template <class Out, bool Streamed, class Sums, class ReduceF, class... ReduceOperands, class Keep,
