@@ -487,9 +487,11 @@ void row_sums_of(FirstSums&& first_sums, SecondSums&& second_sums, F&& f, const 
 // the shape, which dst must have. keep(r) may write row r of the columns map_sources read: a
 // row's sources are read when its pass begins. So a row's statistics and its map run while the
 // row is in L1, in place of a pass over every row for each (a block of rows in L2); the bits are
-// those of the separate operations. While it maps row r it prefetches row r + 1 of the first
-// reduce source, and while it reduces row r, where that row and dst's fit in 16 KiB together,
-// row r of dst for writing (engine/lanes.hpp, reduce_then_map_rows).
+// those of the separate operations. While it maps row r it prefetches the next row of the first
+// reduce source it sums, and while it reduces row r, where that row and dst's fit in 16 KiB
+// together, row r of dst for writing; where they fit in 8 KiB, row r + 1's sums run right after
+// keep(r), before row r's map, and overlap the statistics keep computes (engine/lanes.hpp,
+// reduce_then_map_rows).
 // The reduce sources may also hold each row of dst as q rows of cols / q elements: dst rows x
 // cols, the first reduce source (q * rows) x (cols / q), e.g. a view of rows stored one after
 // another, with stride cols / q. Then sums has q * rows rows, and keep(r) reads rows q r to
