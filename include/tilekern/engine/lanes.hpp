@@ -1027,7 +1027,8 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
 // keep's statistics end in a chain of fp64 divisions and a square root that the map waits for,
 // and the sums, which don't, run while it completes. On a 2-core Intel Xeon with AVX512-BF16
 // (Emerald Rapids class), the bench built with and without it, three rounds alternating the two:
-// 1576 x 768 bf16 layernorm 1.07 times as fast, rmsnorm 1.20; fp32 0.99-1.00, bound by memory.
+// 1576 x 768 bf16 layernorm 1.07 times as fast, rmsnorm 1.20; fp32 0.99 (0.96-1.01 over seven
+// rounds), bound by memory.
 // Larger rows keep the first order: at 4096 x 4096 bf16 (16 KiB of a row of both) the second ran
 // 0.90-0.94 times as fast, the L1 then holding two rows of both and the next row's prefetch.
 inline constexpr std::size_t write_ahead_bytes = std::size_t{16} << 10;
