@@ -1030,7 +1030,8 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
 // 1576 x 768 bf16 layernorm 1.07 times as fast, rmsnorm 1.20; fp32 0.99 (0.96-1.01 over seven
 // rounds), bound by memory.
 // Larger rows keep the first order: at 4096 x 4096 bf16 (16 KiB of a row of both) the second ran
-// 0.90-0.94 times as fast, the L1 then holding two rows of both and the next row's prefetch.
+// 0.86-0.94 times as fast (three rounds), the L1 then holding two rows of both and the next row's
+// prefetch.
 inline constexpr std::size_t write_ahead_bytes = std::size_t{16} << 10;
 template <class Out, bool Streamed, class Sums, class ReduceF, class... ReduceOperands, class Keep,
           class MapF, class... MapOperands>

@@ -27,7 +27,7 @@
 // it compute. For silu and gelu_tanh on bf16 (16 Mi elements, one thread, an Intel Xeon of the
 // Cascade Lake generation) the lookup took 0.4 to 0.7 of the computation's time: see
 // CONTRIBUTING.md, "Known gaps". The lookup gathers 16 entries at a time where the CPU's gathers
-// are fast (activation_lookup); each table then holds a few bytes more than its entries.
+// are fast (lookup_gathers); each table then holds a few bytes more than its entries.
 //
 // Rounding: element (r, c) of a rows x cols y draws its stochastic bits with index r * cols + c,
 // stream cast.stream. y may be x itself (the same memory and format). x and y must have the same
@@ -115,11 +115,11 @@ const Y* activation_table(act f, overflow on_overflow, bool build) {
 }
 
 #if defined(TILEKERN_CONVERT_AVX512)
-// y = table[code of x], 16 elements a vector: their codes widened to 32 bits, the 4 bytes from
-// each one's entry on gathered (vpgatherdd, byte offsets code * sizeof(Y)), and cut to the entry's
-// width; the elements after the last whole vector looked up one at a time.
+// to[c] = table[code of from[c]] for the whole vectors of 16 elements of a row of `cols`, each
+// vector's codes widened to 32 bits, the 4 bytes from each one's entry on gathered (vpgatherdd,
+// byte offsets code * sizeof(Y)) and cut to the entry's width. Returns how many it looked up.
 template <class X, class Y>
-void activation_gather(view<const X> x, view<Y> y, const Y* table) {
+std::size_t activation_gather(const X* from, Y* to, std::size_t cols, const Y* table) {
   namespace hn = hwy::HWY_NAMESPACE;
   using code = typename X::storage_type;
   using entry = hwy::UnsignedFromSize<sizeof(Y)>;
@@ -129,46 +129,49 @@ void activation_gather(view<const X> x, view<Y> y, const Y* table) {
   const hn::Rebind<entry, decltype(d32)> dentry;
   constexpr int shift = sizeof(Y) == 4 ? 2 : sizeof(Y) == 2 ? 1 : 0;
   const auto* const words = reinterpret_cast<const std::int32_t*>(table);
-  const std::size_t cols = x.cols();
-  for (std::size_t r = 0; r < x.rows(); ++r) {
-    const X* from = x.row(r).data();
-    Y* to = y.row(r).data();
-    std::size_t c = 0;
-    for (; c + 16 <= cols; c += 16) {
-      const auto codes = hn::LoadU(dcode, reinterpret_cast<const code*>(from + c));
-      const auto offsets = hn::ShiftLeft<shift>(hn::PromoteTo(d32, codes));
-      const auto gathered = hn::BitCast(du32, hn::GatherOffset(d32, words, offsets));
-      if constexpr (sizeof(Y) == 4) {
-        hn::StoreU(gathered, du32, reinterpret_cast<entry*>(to + c));
-      } else {
-        hn::StoreU(hn::TruncateTo(dentry, gathered), dentry, reinterpret_cast<entry*>(to + c));
-      }
+  std::size_t c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    const auto codes = hn::LoadU(dcode, reinterpret_cast<const code*>(from + c));
+    const auto offsets = hn::ShiftLeft<shift>(hn::PromoteTo(d32, codes));
+    const auto gathered = hn::BitCast(du32, hn::GatherOffset(d32, words, offsets));
+    if constexpr (sizeof(Y) == 4) {
+      hn::StoreU(gathered, du32, reinterpret_cast<entry*>(to + c));
+    } else {
+      hn::StoreU(hn::TruncateTo(dentry, gathered), dentry, reinterpret_cast<entry*>(to + c));
     }
-    for (; c < cols; ++c) to[c] = table[from[c].code()];
   }
+  return c;
 }
 #endif
 
-// y = table[code of x]. With AVX-512 on CPUs with AVX512-FP16 (Intel's, Sapphire Rapids and
-// later), 16 elements a vector (activation_gather): on a 2-core Intel Xeon of that kind (Emerald
-// Rapids class), the bench built with and without it, three rounds alternating the two, silu,
-// gelu_tanh and exp from bf16 to bf16 ran 1.26-1.46 times as fast over 16 Mi elements (0.43-0.46
-// of memcpy to 0.59-0.63) and 1 Mi. Elsewhere four elements at a time: their four lookups, then
-// their four stores (in place too), about 15% faster than one element at a time. The older
-// AVX-512 CPUs, whose gathers the microcode mitigation of Gather Data Sampling (Downfall) slows
-// several times over, and AMD's, where they were not measured, keep that loop.
+// Whether activation_lookup gathers (activation_gather): on the AVX-512 path of CPUs with
+// AVX512-FP16 (Intel's, Sapphire Rapids and later). On a 2-core Intel Xeon of that kind (Emerald
+// Rapids class), the bench built with and without the gathers, three rounds alternating the two,
+// silu, gelu_tanh and exp from bf16 to bf16 ran 1.26-1.46 times as fast over 16 Mi elements
+// (0.43-0.46 of memcpy to 0.59-0.63) and 1.27-1.41 over 1 Mi. The older AVX-512 CPUs, whose
+// gathers the microcode mitigation of Gather Data Sampling (Downfall) slows several times over,
+// and AMD's, where they were not measured, look up element by element.
+inline bool lookup_gathers() {
+  return active_isa() >= isa::avx512 && detected_cpu_features().avx512_fp16;
+}
+
+// y = table[code of x]: each row's whole vectors of 16 by activation_gather where `gather` (and
+// the AVX-512 path is active), then four elements at a time, their four lookups before their four
+// stores (in place too; about 15% faster than one at a time), then one at a time.
 template <class X, class Y>
-void activation_lookup(view<const X> x, view<Y> y, const Y* table) {
+void activation_lookup(view<const X> x, view<Y> y, const Y* table,
+                       [[maybe_unused]] bool gather = lookup_gathers()) {
 #if defined(TILEKERN_CONVERT_AVX512)
-  if (active_isa() >= isa::avx512 && detected_cpu_features().avx512_fp16) {
-    return activation_gather(x, y, table);
-  }
+  gather = gather && active_isa() >= isa::avx512;
 #endif
   const std::size_t cols = x.cols();
   for (std::size_t r = 0; r < x.rows(); ++r) {
     const X* from = x.row(r).data();
     Y* to = y.row(r).data();
     std::size_t c = 0;
+#if defined(TILEKERN_CONVERT_AVX512)
+    if (gather) c = activation_gather(from, to, cols, table);
+#endif
     for (; c + 4 <= cols; c += 4) {
       const Y y0 = table[from[c].code()], y1 = table[from[c + 1].code()],
               y2 = table[from[c + 2].code()], y3 = table[from[c + 3].code()];
