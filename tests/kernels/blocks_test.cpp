@@ -114,6 +114,9 @@ std::vector<named_bytes> outputs(std::size_t rows, std::size_t cols, std::size_t
   run("softmax, additive mask", {m}, [&](auto& o) {
     softmax(xv, view<const T>(additive.data(), rows, cols), matrix(o, 0), {.scale = 1.5f});
   });
+  run("softmax, a row of additive mask", {m}, [&](auto& o) {
+    softmax(xv, view<const T>(additive.data(), 1, cols), matrix(o, 0), {.scale = 1.5f});
+  });
   run("softmax, bool mask", {m},
       [&](auto& o) { softmax(xv, view<const bool>(keep.get(), rows, cols), matrix(o, 0)); });
   run("softmax and softmax_backward", {m, m}, [&](auto& o) {
@@ -121,27 +124,6 @@ std::vector<named_bytes> outputs(std::size_t rows, std::size_t cols, std::size_t
     softmax_backward(dyv, view<const T>(matrix(o, 0)), matrix(o, 1), {.scale = 0.7f});
   });
   return result;
-}
-
-template <class T>
-void same_bits_for_every_block_size(const char* format) {
-  for (const std::size_t cols : {std::size_t{769}, std::size_t{4097}}) {
-    const std::size_t rows = 37;
-    const auto want = outputs<T>(rows, cols);
-    // A row a block, then blocks of a few rows with a shorter last one (24 KiB holds 1 to 31
-    // of these rows, 100 KiB 3 to 37, by format and kernel).
-    for (const std::size_t bytes :
-         {std::size_t{1}, std::size_t{24} << 10, std::size_t{100} << 10}) {
-      const test::row_blocks_of blocks(bytes);
-      const auto got = outputs<T>(rows, cols);
-      REQUIRE(got.size() == want.size());
-      for (std::size_t k = 0; k < want.size(); ++k) {
-        INFO(std::string(format), ", ", rows, "x", cols, ", blocks of ", bytes,
-             " bytes: ", want[k].first);
-        CHECK(got[k].second == want[k].second);
-      }
-    }
-  }
 }
 
 // set_row_passes(on) for the life of the object, then the default.
@@ -152,6 +134,31 @@ class row_passes_of {
   row_passes_of(const row_passes_of&) = delete;
   row_passes_of& operator=(const row_passes_of&) = delete;
 };
+
+template <class T>
+void same_bits_for_every_block_size(const char* format) {
+  for (const std::size_t cols : {std::size_t{769}, std::size_t{4097}}) {
+    const std::size_t rows = 37;
+    const auto want = outputs<T>(rows, cols);
+    // A row a block, then blocks of a few rows with a shorter last one (24 KiB holds 1 to 31
+    // of these rows, 100 KiB 3 to 37, by format and kernel).
+    // With the row passes off too: softmax takes none of the blocks with them on.
+    for (const std::size_t bytes :
+         {std::size_t{1}, std::size_t{24} << 10, std::size_t{100} << 10}) {
+      for (const bool row_by_row : {true, false}) {
+        const test::row_blocks_of blocks(bytes);
+        const row_passes_of passes(row_by_row);
+        const auto got = outputs<T>(rows, cols);
+        REQUIRE(got.size() == want.size());
+        for (std::size_t k = 0; k < want.size(); ++k) {
+          INFO(std::string(format), ", ", rows, "x", cols, ", blocks of ", bytes,
+               " bytes, row passes ", row_by_row, ": ", want[k].first);
+          CHECK(got[k].second == want[k].second);
+        }
+      }
+    }
+  }
+}
 
 // layernorm and rmsnorm run a row's passes one after the other where they can (row_passes():
 // rows of up to norm_chunk columns, or of 2 to norm_row_pass_chunks whole chunks stored one after

@@ -146,55 +146,56 @@ constexpr std::int16_t ordered_code(std::int16_t code) {
 // infinities (or past the largest finite codes where the format has none), else the value of the
 // one asked for. The same values as the fp32 reduction, except that of zeros of both signs the
 // max is +0 and the min -0.
-template <combine Op, class T>
-void reduce_codes(const view<const T>& x, column_out out) {
+template <combine Op, class T, class D>
+HWY_INLINE float reduce_code_row(D, const T* row, std::size_t cols) {
   // The least magnitude of a NaN's storage word (codes sit above the padding bits).
   constexpr int nan_from = ((T::has_infinity ? T::infinity_code : T::max_code) + 1)
                            << T::padding_bits;
-  const std::size_t cols = x.cols();
-  visit_lanes([&](auto d) {
-    for (std::size_t r = 0; r < x.rows(); ++r) {
-      const auto* codes = storage_of(x.row(r).data());
-      std::int16_t high = std::numeric_limits<std::int16_t>::min();
-      std::int16_t low = std::numeric_limits<std::int16_t>::max();
-      std::size_t c = 0;
-      if constexpr (hn::MaxLanes(decltype(d)()) > 1) {
-        const hn::Repartition<std::int16_t, decltype(d)> di;
-        const hn::Repartition<std::uint16_t, decltype(d)> du;
-        constexpr std::size_t lanes = hn::MaxLanes(di);
-        const auto load = [&](std::size_t at) {
-          const auto v = hn::BitCast(di, hn::LoadU(du, codes + at));
-          return hn::Xor(v, hn::And(hn::ShiftRight<15>(v), hn::Set(di, 0x7fff)));
-        };
-        // Two chains of each.
-        auto high0 = hn::Set(di, high), high1 = high0, low0 = hn::Set(di, low), low1 = low0;
-        for (; c + 2 * lanes <= cols; c += 2 * lanes) {
-          const auto a = load(c), b = load(c + lanes);
-          high0 = hn::Max(high0, a);
-          low0 = hn::Min(low0, a);
-          high1 = hn::Max(high1, b);
-          low1 = hn::Min(low1, b);
-        }
-        if (c + lanes <= cols) {
-          const auto a = load(c);
-          high0 = hn::Max(high0, a);
-          low0 = hn::Min(low0, a);
-          c += lanes;
-        }
-        high = hn::GetLane(hn::MaxOfLanes(di, hn::Max(high0, high1)));
-        low = hn::GetLane(hn::MinOfLanes(di, hn::Min(low0, low1)));
-      }
-      for (; c < cols; ++c) {
-        const std::int16_t v = ordered_code(static_cast<std::int16_t>(codes[c]));
-        high = std::max(high, v);
-        low = std::min(low, v);
-      }
-      const std::int16_t chosen = Op == combine::max ? high : low;
-      out[r] = high >= nan_from || low < -nan_from
-                   ? std::numeric_limits<float>::quiet_NaN()
-                   : T::from_bits(static_cast<typename T::storage_type>(ordered_code(chosen)))
-                         .to_float();
+  const auto* codes = storage_of(row);
+  std::int16_t high = std::numeric_limits<std::int16_t>::min();
+  std::int16_t low = std::numeric_limits<std::int16_t>::max();
+  std::size_t c = 0;
+  if constexpr (hn::MaxLanes(D()) > 1) {
+    const hn::Repartition<std::int16_t, D> di;
+    const hn::Repartition<std::uint16_t, D> du;
+    constexpr std::size_t lanes = hn::MaxLanes(di);
+    const auto load = [&](std::size_t at) {
+      const auto v = hn::BitCast(di, hn::LoadU(du, codes + at));
+      return hn::Xor(v, hn::And(hn::ShiftRight<15>(v), hn::Set(di, 0x7fff)));
+    };
+    // Two chains of each.
+    auto high0 = hn::Set(di, high), high1 = high0, low0 = hn::Set(di, low), low1 = low0;
+    for (; c + 2 * lanes <= cols; c += 2 * lanes) {
+      const auto a = load(c), b = load(c + lanes);
+      high0 = hn::Max(high0, a);
+      low0 = hn::Min(low0, a);
+      high1 = hn::Max(high1, b);
+      low1 = hn::Min(low1, b);
     }
+    if (c + lanes <= cols) {
+      const auto a = load(c);
+      high0 = hn::Max(high0, a);
+      low0 = hn::Min(low0, a);
+      c += lanes;
+    }
+    high = hn::GetLane(hn::MaxOfLanes(di, hn::Max(high0, high1)));
+    low = hn::GetLane(hn::MinOfLanes(di, hn::Min(low0, low1)));
+  }
+  for (; c < cols; ++c) {
+    const std::int16_t v = ordered_code(static_cast<std::int16_t>(codes[c]));
+    high = std::max(high, v);
+    low = std::min(low, v);
+  }
+  const std::int16_t chosen = Op == combine::max ? high : low;
+  return high >= nan_from || low < -nan_from
+             ? std::numeric_limits<float>::quiet_NaN()
+             : T::from_bits(static_cast<typename T::storage_type>(ordered_code(chosen))).to_float();
+}
+template <combine Op, class T>
+void reduce_codes(const view<const T>& x, column_out out) {
+  visit_lanes([&](auto d) {
+    for (std::size_t r = 0; r < x.rows(); ++r)
+      out[r] = reduce_code_row<Op>(d, x.row(r).data(), x.cols());
   });
 }
 

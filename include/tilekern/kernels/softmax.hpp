@@ -188,6 +188,136 @@ struct no_mask {};
 template <class M>
 constexpr bool is_boolean_mask = std::is_same_v<std::remove_const_t<M>, bool>;
 
+// What softmax computes of each element, on lanes: the scores scale * x with a boolean mask (-inf
+// where it is false) or an additive one, e = exp(scale * score + bias), and products.
+inline constexpr auto softmax_kept_scores = [](auto d, auto v, auto keep, auto s) {
+  return hn::IfThenElse(keep != hn::Zero(d), v * s,
+                        hn::Set(d, -std::numeric_limits<float>::infinity()));
+};
+inline constexpr auto softmax_added_scores = [](auto, auto v, auto add, auto s) {
+  return hn::MulAdd(v, s, add);
+};
+inline constexpr auto softmax_exponential = [](auto d, auto v, auto s, auto bias) {
+  return softmax_exp(d, hn::MulAdd(v, s, bias));
+};
+inline constexpr auto softmax_product = [](auto, auto v, auto s) { return v * s; };
+
+// A row's bias, -m, from its max m: 0 for a fully masked row (m = -inf), so that its arguments are
+// -inf, not NaN.
+inline float softmax_bias(float m) {
+  return m == -std::numeric_limits<float>::infinity() ? 0.0f : -m;
+}
+// A row's factor, 1 / sum, from its max m and the sum of its exponentials: 0 for a fully masked
+// row (m = -inf); NaN for a row with a NaN or +inf score (m NaN or +inf), which softmax_exp,
+// finite for every argument, leaves to this.
+inline float softmax_factor(float m, float sum) {
+  constexpr float infinity = std::numeric_limits<float>::infinity();
+  return m == -infinity    ? 0.0f
+         : !(m < infinity) ? std::numeric_limits<float>::quiet_NaN()
+                           : 1.0f / sum;
+}
+
+// Operand `op` moved down by `rows` rows: its row r is op's row r + rows.
+template <class Op>
+Op rows_down(Op op, std::size_t rows) {
+  if (op.data != nullptr) op.data += rows * op.row_step;
+  return op;
+}
+
+// Both prefetches with each block.
+template <class A, class B>
+struct prefetch_both {
+  A a;
+  B b;
+  template <class D>
+  HWY_INLINE void at(D d, std::size_t c) const {
+    a.at(d, c);
+    b.at(d, c);
+  }
+};
+template <class A, class B>
+prefetch_both(A, B) -> prefetch_both<A, B>;  // clang 14 deduces no aggregate's arguments
+
+// softmax of x into y row by row: the three passes of softmax_views over one row, then the next,
+// the row's exponentials in one row of fp32 scratch (or in y's row when y is float), all of them
+// in L1; while it takes a row's exponentials it prefetches the next row of x, and the row of y
+// for writing, so that the reads and writes of memory overlap the arithmetic of exp.
+template <class X, class Mask, class Y>
+void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
+                  const cast_options& cast) {
+  constexpr const char* function = "tilekern::softmax";
+  const std::size_t rows = x.rows(), cols = x.cols();
+  constexpr bool masked = !std::is_same_v<Mask, no_mask>;
+  constexpr bool float_out = std::is_same_v<Y, float>;
+  const auto scratch = float_out ? nullptr : std::make_unique_for_overwrite<float[]>(cols);
+  const view<float> work = [&] {
+    if constexpr (float_out)
+      return y;
+    else
+      return view<float>(scratch.get(), 1, cols);
+  }();
+  // The work row of row r: r of y, or the scratch row (its row_step 0).
+  const operand<float, along::varies> work_rows{work.data(), float_out ? work.stride() : 0, 1};
+  const auto x_rows = resolve(function, "x", x, rows, cols).template as<along::varies>();
+  const auto mask_rows = [&] {
+    if constexpr (masked)
+      return resolve(function, "mask", mask, rows, cols).template as<along::varies>();
+    else
+      return 0;
+  }();
+  const auto constant = [](float value) {
+    return operand<float, along::constant>{nullptr, 0, 0, value};
+  };
+  const bool codes = vector::detail::reduced_as_codes<X> && scale > 0 &&
+                     scale < std::numeric_limits<float>::infinity();
+  visit_lanes([&](auto d) {
+    using D = decltype(d);
+    const std::false_type in_order;
+    const lane_store<Y, D> out(d, destination<Y>{y, cast});
+    const lane_store<float, D> work_out(d, destination<float>{work});
+    const lane_store<no_output, D> nothing(
+        d, destination<no_output>{view<no_output>(nullptr, rows, cols)});
+    const auto scores = [&](std::size_t r, std::size_t at, auto& maximum) {
+      if constexpr (masked) {
+        if constexpr (is_boolean_mask<typename Mask::element_type>) {
+          map_row<true, combine::max>(
+              d, in_order, work_out, column_out{&maximum, 0}, softmax_kept_scores, no_prefetch(),
+              at, cols, rows_down(x_rows, r - at), rows_down(mask_rows, r - at), constant(scale));
+        } else {
+          map_row<true, combine::max>(
+              d, in_order, work_out, column_out{&maximum, 0}, softmax_added_scores, no_prefetch(),
+              at, cols, rows_down(x_rows, r - at), rows_down(mask_rows, r - at), constant(scale));
+        }
+      } else if (codes) {
+        if constexpr (vector::detail::reduced_as_codes<X>)
+          maximum = scale * vector::detail::reduce_code_row<combine::max>(d, x.row(r).data(), cols);
+      } else {
+        map_row<true, combine::max>(d, in_order, nothing, column_out{&maximum, 0}, softmax_product,
+                                    no_prefetch(), r, cols, x_rows, constant(scale));
+      }
+    };
+    for (std::size_t r = 0; r < rows; ++r) {
+      const std::size_t at = float_out ? r : 0;  // the row of work
+      float m = 0.0f, sum = 0.0f;
+      scores(r, at, m);
+      const float bias = softmax_bias(m);
+      const prefetch_both ahead{prefetch_row{x.row(std::min(r + 1, rows - 1)).data()},
+                                prefetch_write{float_out ? nullptr : y.row(r).data()}};
+      if constexpr (masked) {
+        map_row<true, combine::sum>(d, in_order, work_out, column_out{&sum, 0}, softmax_exponential,
+                                    ahead, at, cols, work_rows, constant(1.0f), constant(bias));
+      } else {
+        map_row<true, combine::sum>(d, in_order, work_out, column_out{&sum, 0}, softmax_exponential,
+                                    ahead, at, cols, rows_down(x_rows, r - at), constant(scale),
+                                    constant(bias));
+      }
+      const float factor = softmax_factor(m, sum);
+      map_row<false, combine::sum>(d, in_order, out, column_out{nullptr, 0}, softmax_product,
+                                   no_prefetch(), r, cols, work_rows, constant(factor));
+    }
+  });
+}
+
 // softmax of x into y, block by block (see the top of this header). mask is a view<const M> of
 // rows x cols or 1 x cols, or no_mask.
 template <class X, class Mask, class Y>
@@ -204,7 +334,7 @@ void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
   // exponentials go into it, and streaming would need them in scratch, one more pass (fp32
   // 4096x4096 took 8-13% longer so).
   const bool streamed = !float_out && streams(y);
-  constexpr float minus_infinity = -std::numeric_limits<float>::infinity();
+  if (!streamed && row_passes()) return softmax_rows(x, mask, y, scale, cast);
 
   for (std::size_t r0 = 0; r0 < rows; r0 += block_rows) {
     const std::size_t n = std::min(block_rows, rows - r0);
@@ -224,16 +354,9 @@ void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
     if constexpr (masked) {
       const auto mask_block = mask.rows() == 1 ? mask : mask.block(r0, 0, n, cols);
       if constexpr (is_boolean_mask<typename Mask::element_type>) {
-        vector::map(
-            work,
-            [](auto d, auto v, auto keep, auto s) {
-              return hn::IfThenElse(keep != hn::Zero(d), v * s, hn::Set(d, minus_infinity));
-            },
-            x_block, mask_block, scale);
+        vector::map(work, softmax_kept_scores, x_block, mask_block, scale);
       } else {
-        vector::map(
-            work, [](auto, auto v, auto add, auto s) { return hn::MulAdd(v, s, add); }, x_block,
-            mask_block, scale);
+        vector::map(work, softmax_added_scores, x_block, mask_block, scale);
       }
       vector::row_max(column_view(maxes, n), work);
     } else if (vector::detail::reduced_as_codes<X> && scale > 0 &&
@@ -243,35 +366,25 @@ void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
       vector::row_max(column_view(maxes, n), x_block);
       for (std::size_t r = 0; r < n; ++r) maxes[r] *= scale;
     } else {
-      vector::row_max_of(
-          column_view(maxes, n), [](auto, auto v, auto s) { return v * s; }, x_block, scale);
+      vector::row_max_of(column_view(maxes, n), softmax_product, x_block, scale);
     }
-    // A fully masked row (m = -inf) takes bias 0, so that its arguments are -inf, not NaN.
-    for (std::size_t r = 0; r < n; ++r) bias[r] = maxes[r] == minus_infinity ? 0.0f : -maxes[r];
+    for (std::size_t r = 0; r < n; ++r) bias[r] = softmax_bias(maxes[r]);
 
     // e = exp(score - m) 2^64, and the row sums of e.
-    const auto exponential = [](auto d, auto v, auto s, auto b) {
-      return softmax_exp(d, hn::MulAdd(v, s, b));
-    };
     const auto row_bias = vector::column(column_view(bias, n));
     if constexpr (masked) {
       vector::detail::elementwise<true>(function, {"x", "scale", "bias"}, work,
-                                        column_view(sums, n), exponential, work, 1.0f, row_bias);
+                                        column_view(sums, n), softmax_exponential, work, 1.0f,
+                                        row_bias);
     } else {
       vector::detail::elementwise<true>(function, {"x", "scale", "bias"}, work,
-                                        column_view(sums, n), exponential, x_block, scale,
+                                        column_view(sums, n), softmax_exponential, x_block, scale,
                                         row_bias);
     }
 
     // y = e * (1 / sum). A fully masked row (m = -inf) has factor 0; a row with a NaN or +inf
     // score (m NaN or +inf) is NaN, which softmax_exp, finite for every argument, leaves to this.
-    for (std::size_t r = 0; r < n; ++r) {
-      const float m = maxes[r];
-      sums[r] = m == minus_infinity ? 0.0f
-                : !(m < std::numeric_limits<float>::infinity())
-                    ? std::numeric_limits<float>::quiet_NaN()
-                    : 1.0f / sums[r];
-    }
+    for (std::size_t r = 0; r < n; ++r) sums[r] = softmax_factor(maxes[r], sums[r]);
     write_rounded(y_block, cast, r0 * cols, streamed,
                   [&](const auto& to, std::size_t c, std::size_t k) {
                     vector::mul(to, work.block(0, c, n, k), vector::column(column_view(sums, n)));
