@@ -141,10 +141,10 @@ constexpr std::int16_t ordered_code(std::int16_t code) {
   return static_cast<std::int16_t>(code ^ ((code >> 15) & 0x7fff));
 }
 
-// The row maxima or minima of a 16-bit format, compared as integers (twice the lanes of fp32, and
-// no decoding): each row's largest and smallest ordered codes, a NaN if either lies past the
-// infinities (or past the largest finite codes where the format has none), else the value of the
-// one asked for. The same values as the fp32 reduction, except that of zeros of both signs the
+// The maximum or minimum of a row of a 16-bit format, compared as integers (twice the lanes of
+// fp32, and no decoding): the row's largest and smallest ordered codes, a NaN if either lies past
+// the infinities (or past the largest finite codes where the format has none), else the value of
+// the one asked for. The same values as the fp32 reduction, except that of zeros of both signs the
 // max is +0 and the min -0.
 template <combine Op, class T, class D>
 HWY_INLINE float reduce_code_row(D, const T* row, std::size_t cols) {
@@ -191,6 +191,7 @@ HWY_INLINE float reduce_code_row(D, const T* row, std::size_t cols) {
              ? std::numeric_limits<float>::quiet_NaN()
              : T::from_bits(static_cast<typename T::storage_type>(ordered_code(chosen))).to_float();
 }
+// The same of each row of x into out (row_max and row_min).
 template <combine Op, class T>
 void reduce_codes(const view<const T>& x, column_out out) {
   visit_lanes([&](auto d) {

@@ -250,10 +250,11 @@ inline std::atomic<bool>& row_passes_setting() {
 }
 }  // namespace detail
 
-// Whether layernorm and rmsnorm run each row's passes one after the other, the row in L1 for the
-// second (true, the default, where the kernel can: see the kernels' headers), or each pass over a
-// whole block of rows. The results are the same bits either way; set_row_passes(false) is there
-// to measure the difference and to test it. std::nullopt returns to the default.
+// Whether layernorm, rmsnorm and softmax run each row's passes one after the other, the row in
+// L1 for the later ones (true, the default, where the kernel can: see the kernels' headers), or
+// each pass over a whole block of rows. The results are the same bits either way;
+// set_row_passes(false) is there to measure the difference and to test it. std::nullopt returns to
+// the default.
 inline bool row_passes() {
   return detail::row_passes_setting().load();
 }
