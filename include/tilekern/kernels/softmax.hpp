@@ -348,14 +348,14 @@ void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
   const std::size_t rows = x.rows(), cols = x.cols();
   constexpr bool masked = !std::is_same_v<Mask, no_mask>;
   constexpr bool float_out = std::is_same_v<Y, float>;
-  const std::size_t block_rows = softmax_block_rows<X>(rows, cols);
-  // Scores with a mask, exponentials without one, unless they can go straight into y.
-  softmax_scratch scratch(block_rows, cols, !float_out);
   // The last pass writes a large y with non-temporal stores (write_rounded). Not a float y: the
   // exponentials go into it, and streaming would need them in scratch, one more pass (fp32
   // 4096x4096 took 8-13% longer so).
   const bool streamed = !float_out && streams(y);
   if (!streamed && row_passes()) return softmax_rows(x, mask, y, scale, cast);
+  const std::size_t block_rows = softmax_block_rows<X>(rows, cols);
+  // Scores with a mask, exponentials without one, unless they can go straight into y.
+  softmax_scratch scratch(block_rows, cols, !float_out);
 
   for (std::size_t r0 = 0; r0 < rows; r0 += block_rows) {
     const std::size_t n = std::min(block_rows, rows - r0);
