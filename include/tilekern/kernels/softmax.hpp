@@ -30,8 +30,9 @@
 // time instead (softmax_rows below), the row's exponentials in one row of fp32 scratch (or in y's
 // row when y is float), so that the later passes read the row from L1; with a mask the scores
 // pass also finds the row's max. While it takes a row's exponentials it prefetches the next row of
-// x, and the row of y for writing, so that reading x and writing y from memory overlap exp's
-// arithmetic, where the block passes wait for each in turn. The bits are the same either way
+// x, and the row of y for writing (a float y: the next row, into which the next exponentials go),
+// so that reading x and writing y from memory overlap exp's arithmetic, where the block passes
+// wait for each in turn. The bits are the same either way
 // (tests/kernels/blocks_test.cpp). On a 2-core Intel Xeon with AVX512-BF16 (Emerald Rapids
 // class), the bench built with and without it, two rounds alternating the two: bf16 1576 x 768
 // 1.10-1.15 times as fast, 4096 x 4096 1.45-1.55; fp32 1.30-1.33 and 1.15-1.40.
@@ -261,8 +262,9 @@ prefetch_both(A, B) -> prefetch_both<A, B>;  // clang 14 deduces no aggregate's 
 
 // softmax of x into y row by row: the three passes of softmax_views over one row, then the next,
 // the row's exponentials in one row of fp32 scratch (or in y's row when y is float), all of them
-// in L1; while it takes a row's exponentials it prefetches the next row of x, and the row of y
-// for writing, so that the reads and writes of memory overlap the arithmetic of exp.
+// in L1; while it takes a row's exponentials it prefetches the next row of x, and the next row of
+// y to be written (this row, or for a float y the next), so that the reads and writes of memory
+// overlap the arithmetic of exp.
 template <class X, class Mask, class Y>
 void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
                   const cast_options& cast) {
@@ -322,8 +324,11 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
       float m = 0.0f, sum = 0.0f;
       scores(r, at, m);
       const float bias = softmax_bias(m);
-      const prefetch_both ahead{prefetch_row{x.row(std::min(r + 1, rows - 1)).data()},
-                                prefetch_write{float_out ? nullptr : y.row(r).data()}};
+      // Prefetched with the exponentials: the next row of x, and the next row of y that is
+      // written (this one's product, or the next row's exponentials when y is float).
+      const std::size_t next = std::min(r + 1, rows - 1);
+      const prefetch_both ahead{prefetch_row{x.row(next).data()},
+                                prefetch_write{y.row(float_out ? next : r).data()}};
       if constexpr (masked) {
         map_row<true, combine::sum>(d, in_order, work_out, column_out{&sum, 0}, softmax_exponential,
                                     ahead, at, cols, work_rows, constant(1.0f), constant(bias));
