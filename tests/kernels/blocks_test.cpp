@@ -9,9 +9,10 @@
 // of 769 and of 4097 columns, in float, bf16 and fp8_e4m3, on the active ISA path, each output in
 // a buffer that ends right before an unreadable page.
 //
-// layernorm and rmsnorm run each row's passes one after the other where they can
+// layernorm, rmsnorm and softmax run each row's passes one after the other where they can
 // (set_row_passes): the same bits as every pass over a block of rows, at 64, 769, 1024 and 1025
-// columns.
+// columns (softmax also with one row of additive mask for every row, and with the row passes
+// off for every block size above, since with them on it takes no blocks).
 // Some rows of x take the norms' second tries (a huge element, a mean far from the first
 // elements', a constant row), in every test here.
 //
@@ -166,6 +167,7 @@ void same_bits_for_every_block_size(const char* format) {
 // blocks of rows: the same bits as those passes on every row (set_row_passes(false)), with the
 // rows of second tries above among them. Rows of 2048 to 8192 columns are summed a chunk at a
 // time; 1025 and 9216 columns take only the block passes.
+// softmax takes every row so, unless its output is streamed.
 template <class T>
 void same_bits_row_by_row(const char* format) {
   for (const std::size_t cols :
@@ -258,7 +260,7 @@ TEST_CASE("the kernels give the same bits with non-temporal stores") {
   same_bits_streamed<fp8_e4m3>("fp8_e4m3");
 }
 
-TEST_CASE("layernorm and rmsnorm give the same bits row by row as by blocks of rows") {
+TEST_CASE("layernorm, rmsnorm and softmax give the same bits row by row as by blocks of rows") {
   same_bits_row_by_row<float>("float");
   same_bits_row_by_row<bf16>("bf16");
   same_bits_row_by_row<fp8_e4m3>("fp8_e4m3");

@@ -34,8 +34,10 @@
 // so that reading x and writing y from memory overlap exp's arithmetic, where the block passes
 // wait for each in turn. The bits are the same either way
 // (tests/kernels/blocks_test.cpp). On a 2-core Intel Xeon with AVX512-BF16 (Emerald Rapids
-// class), the bench built with and without it, two rounds alternating the two: bf16 1576 x 768
-// 1.10-1.15 times as fast, 4096 x 4096 1.45-1.55; fp32 1.30-1.33 and 1.15-1.40.
+// class), the bench built with and without them, seven rounds alternating the two (medians of 3
+// runs each): bf16 1576 x 768 1.05-1.13 times as fast (median 1.11), 4096 x 4096 1.42-1.64
+// (1.51); fp32 1.29-1.36 (1.31) and 0.90-1.55 (1.37). Prefetching a float y's next row rather
+// than none: fp32 1576 x 768 1.06-1.15 times as fast again (three rounds).
 // The backward is two passes: dot = row_sum_of(dy * y), then dx = scale * y * (dy - dot)
 // (vector::map).
 //
@@ -152,7 +154,7 @@ HWY_INLINE hn::Vec<D> softmax_exp_lookup(D d, hn::Vec<hn::RebindToSigned<D>> j) 
 // 2^(j/8) 2^64 from an 8-entry table, and 2^k added to the exponent field: 8k + j shifted left by
 // 20 is k in the field and j in bits 20..22, which the mask clears (the magic's bits shift out);
 // on AVX-512, vscalefps by m / 8 (its floor is k), the same bits, results being normal (bf16
-// 1576 x 768 softmax 1.03 times as fast).
+// 1576 x 768 softmax 467-469 us in two runs, 479-487 in five of the build before it).
 // Error: within 2 ulp of e^a 2^64 on [-120, 0] (tests/kernels/softmax_test.cpp measures it on
 // every path: at most 1.93 ulp).
 template <class D>
@@ -344,8 +346,8 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
   });
 }
 
-// softmax of x into y, block by block (see the top of this header). mask is a view<const M> of
-// rows x cols or 1 x cols, or no_mask.
+// softmax of x into y, block by block, or row by row where row_passes() (softmax_rows; see the
+// top of this header). mask is a view<const M> of rows x cols or 1 x cols, or no_mask.
 template <class X, class Mask, class Y>
 void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
                    const cast_options& cast) {
