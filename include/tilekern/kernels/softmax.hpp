@@ -302,6 +302,9 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
     const lane_store<float, D> work_out(d, destination<float>{work});
     const lane_store<no_output, D> nothing(
         d, destination<no_output>{view<no_output>(nullptr, rows, cols)});
+    // maximum = the max of row r's scores (with a mask, the scores also into work's row `at`).
+    // map_row takes one row index for its sources and its destination: where work is the scratch
+    // row (at 0), the sources are moved down by r rows, so that their row 0 is row r.
     const auto scores = [&](std::size_t r, std::size_t at, auto& maximum) {
       if constexpr (masked) {
         if constexpr (is_boolean_mask<typename Mask::element_type>) {
