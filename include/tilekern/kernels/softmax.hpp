@@ -37,7 +37,10 @@
 // class), the bench built with and without them, seven rounds alternating the two (medians of 3
 // runs each): bf16 1576 x 768 1.05-1.13 times as fast (median 1.11), 4096 x 4096 1.42-1.64
 // (1.51); fp32 1.29-1.36 (1.31) and 0.90-1.55 (1.37). Prefetching a float y's next row rather
-// than none: fp32 1576 x 768 1.06-1.15 times as fast again (three rounds).
+// than none: fp32 1576 x 768 1.06-1.15 times as fast again (three rounds). The next row's max
+// comes between a row's exponentials and its products (with a mask, its scores into a second
+// scratch row), so that it runs while the row's sum and 1 / sum complete: bf16 and fp32 1576 x 768
+// 1.08-1.09 times as fast again, 4096 x 4096 within 1% (CONTRIBUTING.md, stop 54).
 // The backward is two passes: dot = row_sum_of(dy * y), then dx = scale * y * (dy - dot)
 // (vector::map).
 //
@@ -262,11 +265,11 @@ struct prefetch_both {
 template <class A, class B>
 prefetch_both(A, B) -> prefetch_both<A, B>;  // clang 14 deduces no aggregate's arguments
 
-// softmax of x into y row by row: the three passes of softmax_views over one row, then the next,
-// the row's exponentials in one row of fp32 scratch (or in y's row when y is float), all of them
-// in L1; while it takes a row's exponentials it prefetches the next row of x, and the next row of
-// y to be written (this row, or for a float y the next), so that the reads and writes of memory
-// overlap the arithmetic of exp.
+// softmax of x into y row by row: the three passes of softmax_views over one row, the next row's
+// max coming between its exponentials and its products, the row's exponentials in a row of fp32
+// scratch (or in y's row when y is float), all of them in L1; while it takes a row's exponentials
+// it prefetches the next row of x, and the next row of y to be written (this row, or for a float y
+// the next), so that the reads and writes of memory overlap the arithmetic of exp.
 template <class X, class Mask, class Y>
 void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
                   const cast_options& cast) {
@@ -274,15 +277,18 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
   const std::size_t rows = x.rows(), cols = x.cols();
   constexpr bool masked = !std::is_same_v<Mask, no_mask>;
   constexpr bool float_out = std::is_same_v<Y, float>;
-  const auto scratch = float_out ? nullptr : std::make_unique_for_overwrite<float[]>(cols);
+  // With a mask, two scratch rows: the next row's scores go into one while the other holds this
+  // row's exponentials (see the loop below). Without, the next row's max reads x, and one will do.
+  constexpr std::size_t scratch_rows = masked ? 2 : 1;
+  const auto scratch =
+      float_out ? nullptr : std::make_unique_for_overwrite<float[]>(scratch_rows * cols);
   const view<float> work = [&] {
     if constexpr (float_out)
       return y;
     else
-      return view<float>(scratch.get(), 1, cols);
+      return view<float>(scratch.get(), scratch_rows, cols);
   }();
-  // The work row of row r: r of y, or the scratch row (its row_step 0).
-  const operand<float, along::varies> work_rows{work.data(), float_out ? work.stride() : 0, 1};
+  const operand<float, along::varies> work_rows{work.data(), work.stride(), 1};
   const auto x_rows = resolve(function, "x", x, rows, cols).template as<along::varies>();
   const auto mask_rows = [&] {
     if constexpr (masked)
@@ -303,8 +309,9 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
     const lane_store<no_output, D> nothing(
         d, destination<no_output>{view<no_output>(nullptr, rows, cols)});
     // maximum = the max of row r's scores (with a mask, the scores also into work's row `at`).
-    // map_row takes one row index for its sources and its destination: where work is the scratch
-    // row (at 0), the sources are moved down by r rows, so that their row 0 is row r.
+    // map_row takes one row index for its sources and its destination: where work is scratch
+    // (at r % scratch_rows), the sources are moved down by r - at rows, so that their row at is
+    // row r.
     const auto scores = [&](std::size_t r, std::size_t at, auto& maximum) {
       if constexpr (masked) {
         if constexpr (is_boolean_mask<typename Mask::element_type>) {
@@ -324,10 +331,17 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
                                     no_prefetch(), r, cols, x_rows, constant(scale));
       }
     };
+    // Row r's exponentials, then row r + 1's max, then row r's products: the max runs while the
+    // sum of the exponentials and the factor 1 / sum complete, and the products while the max
+    // does, where each pass waited for the one before.
+    const auto work_row = [&](std::size_t r) -> std::size_t {
+      return float_out ? r : r % scratch_rows;
+    };
+    float m = 0.0f;             // row r's max
+    scores(0, work_row(0), m);  // x has a row: softmax returns first where it is empty
     for (std::size_t r = 0; r < rows; ++r) {
-      const std::size_t at = float_out ? r : 0;  // the row of work
-      float m = 0.0f, sum = 0.0f;
-      scores(r, at, m);
+      const std::size_t at = work_row(r);
+      float sum = 0.0f, next_m = 0.0f;
       const float bias = softmax_bias(m);
       // Prefetched with the exponentials: the next row of x, and the next row of y that is
       // written (this one's product, or the next row's exponentials when y is float).
@@ -342,9 +356,14 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
                                     ahead, at, cols, rows_down(x_rows, r - at), constant(scale),
                                     constant(bias));
       }
+      if (r + 1 < rows) scores(r + 1, work_row(r + 1), next_m);
       const float factor = softmax_factor(m, sum);
+      // The products are row r of y: their source, work's row at, as an operand whose row r it is.
+      const auto exponentials =
+          float_out ? work_rows : operand<float, along::varies>{work.row(at).data(), 0, 1};
       map_row<false, combine::sum>(d, in_order, out, column_out{nullptr, 0}, softmax_product,
-                                   no_prefetch(), r, cols, work_rows, constant(factor));
+                                   no_prefetch(), r, cols, exponentials, constant(factor));
+      m = next_m;
     }
   });
 }
