@@ -288,6 +288,7 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
     else
       return view<float>(scratch.get(), scratch_rows, cols);
   }();
+  // work's rows: row r's exponentials go into row work_row(r) (below) of it.
   const operand<float, along::varies> work_rows{work.data(), work.stride(), 1};
   const auto x_rows = resolve(function, "x", x, rows, cols).template as<along::varies>();
   const auto mask_rows = [&] {
