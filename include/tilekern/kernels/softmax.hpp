@@ -360,8 +360,7 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
       if (r + 1 < rows) scores(r + 1, work_row(r + 1), next_m);
       const float factor = softmax_factor(m, sum);
       // The products are row r of y: their source, work's row at, as an operand whose row r it is.
-      const auto exponentials =
-          float_out ? work_rows : operand<float, along::varies>{work.row(at).data(), 0, 1};
+      const operand<float, along::varies> exponentials{work.row(at).data(), 0, 1};
       map_row<false, combine::sum>(d, in_order, out, column_out{nullptr, 0}, softmax_product,
                                    no_prefetch(), r, cols, exponentials, constant(factor));
       m = next_m;
