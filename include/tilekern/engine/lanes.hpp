@@ -616,7 +616,7 @@ inline constexpr bool static_chains = Chains <= 8;
 template <std::size_t Chains, class Body>
 HWY_INLINE void for_chains(Body&& body) {
   if constexpr (static_chains<Chains>) {
-    [&]<std::size_t... K>(std::index_sequence<K...>) {
+    [&]<std::size_t... K>(std::index_sequence<K...>) TILEKERN_INLINE_LAMBDA {
       (body(std::integral_constant<std::size_t, K>()), ...);
     }
     (std::make_index_sequence<Chains>());
@@ -630,7 +630,7 @@ HWY_INLINE void for_chains(Body&& body) {
 template <std::size_t Chains, class Chain, class Body>
 HWY_INLINE void at_chain(Chain chain, Body&& body) {
   if constexpr (static_chains<Chains> && std::is_same_v<Chain, std::size_t>) {
-    for_chains<Chains>([&](auto k) {
+    for_chains<Chains>([&](auto k) TILEKERN_INLINE_LAMBDA {
       if (chain == k) body(k);
     });
   } else {
@@ -646,7 +646,9 @@ HWY_INLINE void at_chain(Chain chain, Body&& body) {
 template <combine Op, class D, std::size_t Half, std::size_t Chains>
 HWY_INLINE void combine_halves(hn::Vec<D> (&acc)[Chains]) {
   if constexpr (Half > 0) {
-    for_chains<Half>([&](auto i) { acc[i] = combine_lanes<Op, D>(acc[i], acc[i + Half]); });
+    for_chains<Half>([&](auto i) TILEKERN_INLINE_LAMBDA {
+      acc[i] = combine_lanes<Op, D>(acc[i], acc[i + Half]);
+    });
     combine_halves<Op, D, Half / 2>(acc);
   }
 }
@@ -779,7 +781,8 @@ prefetch_write(T*) -> prefetch_write<T>;
 
 // Row r of map_rows (below) on lanes D, with the blocks map_rows chose (Interleave, std::true_type
 // where interleaved blocks apply), prefetching `ahead` with each whole block. Always inlined into
-// its row loop, so that each row loop is compiled as one function.
+// its row loop, so that each row loop is compiled as one function; so are its per-block lambdas
+// (TILEKERN_INLINE_LAMBDA), which gcc 12 at -O2 left as calls.
 template <bool Reduce, combine Op, class D, class Interleave, class Out, bool Streamed, class Sums,
           class F, class Ahead, class... Sources>
 HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out,
@@ -795,20 +798,24 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
   constexpr std::size_t lanes = hn::MaxLanes(D()), slots = reduce_slots / values,
                         chains = slots / lanes;
   const auto cursors = std::make_tuple(sources.at_row(d, r)...);
-  const auto compute = [&](auto load) {
-    return std::apply([&](const auto&... cursor) { return f(d, load(cursor)...); }, cursors);
+  const auto compute = [&](auto load) TILEKERN_INLINE_LAMBDA {
+    return std::apply([&](const auto&... cursor)
+                          TILEKERN_INLINE_LAMBDA { return f(d, load(cursor)...); },
+                      cursors);
   };
   // Reductions keep `slots` partial results per sum, held in `chains` vectors: element c goes
   // to slot c % slots, lane c % lanes of chain (c / lanes) % chains, on every path; except that
   // interleaved rounds (below) permute the slots within each round. Either way each slot sums
   // one element of every whole round of `slots` and at most one of the rest, in element order.
   [[maybe_unused]] hn::Vec<D> acc[values][chains];
-  for (auto& sum : acc) for_chains<chains>([&](auto j) { sum[j] = identity_lanes<Op>(d); });
+  for (auto& sum : acc)
+    for_chains<chains>([&](auto j) TILEKERN_INLINE_LAMBDA { sum[j] = identity_lanes<Op>(d); });
   [[maybe_unused]] auto nan = hn::MaskFromVec(hn::Zero(d));
-  const auto reduce = [&](const result& x, auto chain) {
+  const auto reduce = [&](const result& x, auto chain) TILEKERN_INLINE_LAMBDA {
     if constexpr (Reduce) {
-      at_chain<chains>(chain, [&](auto j) {
-        each_sum(x, [&](std::size_t k, auto v) { acc[k][j] = combine_lanes<Op, D>(acc[k][j], v); });
+      at_chain<chains>(chain, [&](auto j) TILEKERN_INLINE_LAMBDA {
+        each_sum(x, [&](std::size_t k, auto v)
+                        TILEKERN_INLINE_LAMBDA { acc[k][j] = combine_lanes<Op, D>(acc[k][j], v); });
         // x86's max and min give their second operand where either is NaN, so the new
         // partial is NaN exactly where x is. Testing it rather than x keeps gcc from reading
         // a block of a plain row twice (into the max and into the test).
@@ -816,7 +823,7 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
       });
     }
   };
-  const auto block = [&](std::size_t c, auto chain) {
+  const auto block = [&](std::size_t c, auto chain) TILEKERN_INLINE_LAMBDA {
     ahead.at(d, c);
     const auto x = compute([&](const auto& cursor) { return cursor.load(d, c); });
     if constexpr (values == 1) out.store(d, x, r, c);
@@ -846,7 +853,7 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
     // element at + 2j in the first block, summed into `chain`, and at + 2j + 1 in the
     // second, summed into the next chain.
     for (; c + slots <= cols; c += slots) {
-      for_chains<chains / 2>([&](auto pair) {
+      for_chains<chains / 2>([&](auto pair) TILEKERN_INLINE_LAMBDA {
         constexpr std::size_t chain = 2 * decltype(pair)::value;
         const std::size_t at = c + chain * lanes;
         ahead.at(d, at);
@@ -875,7 +882,7 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
   if constexpr ((Reduce && !Interleave::value) || pairs) {
     for (; c + slots <= cols; c += slots) {
       if constexpr (pairs) {
-        for_chains<chains / 2>([&](auto pair) {
+        for_chains<chains / 2>([&](auto pair) TILEKERN_INLINE_LAMBDA {
           constexpr std::size_t chain = 2 * decltype(pair)::value;
           const std::size_t at = c + chain * lanes;
           ahead.at(d, at);
@@ -888,7 +895,8 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
           reduce(second, std::integral_constant<std::size_t, chain + 1>());
         });
       } else {
-        for_chains<chains>([&](auto chain) { block(c + chain * lanes, chain); });
+        for_chains<chains>([&](auto chain)
+                               TILEKERN_INLINE_LAMBDA { block(c + chain * lanes, chain); });
       }
     }
   }
@@ -906,8 +914,8 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
     if constexpr (values == 1) out.store_tail(d, x, r, c, n);
     if constexpr (Reduce) {
       const auto valid = hn::FirstN(d, n);
-      at_chain<chains>(chain, [&](auto j) {
-        each_sum(x, [&](std::size_t k, auto v) {
+      at_chain<chains>(chain, [&](auto j) TILEKERN_INLINE_LAMBDA {
+        each_sum(x, [&](std::size_t k, auto v) TILEKERN_INLINE_LAMBDA {
           const auto kept = hn::IfThenElse(valid, v, identity_lanes<Op>(d));
           acc[k][j] = combine_lanes<Op, D>(acc[k][j], kept);
         });
@@ -1107,7 +1115,7 @@ void reduce_cols(const std::array<float*, N>& accs, std::size_t rows, std::size_
     static_assert(sums_of<result> == N, "tilekern engine: one accumulator row per sum of f");
     static_assert(N == 1 || Op == combine::sum, "tilekern engine: pairs of sums only");
     constexpr std::size_t lanes = hn::MaxLanes(D());
-    const auto fold = [&](hn::Vec<D> a, hn::Vec<D> x) {
+    const auto fold = [&](hn::Vec<D> a, hn::Vec<D> x) TILEKERN_INLINE_LAMBDA {
       if constexpr (Op == combine::sum) {
         return a + x;
       } else {
@@ -1117,13 +1125,15 @@ void reduce_cols(const std::array<float*, N>& accs, std::size_t rows, std::size_
     };
     for (std::size_t r = 0; r < rows; ++r) {
       const auto cursors = std::make_tuple(sources.at_row(d, r)...);
-      const auto compute = [&](auto load) {
-        return std::apply([&](const auto&... cursor) { return f(d, load(cursor)...); }, cursors);
+      const auto compute = [&](auto load) TILEKERN_INLINE_LAMBDA {
+        return std::apply([&](const auto&... cursor)
+                              TILEKERN_INLINE_LAMBDA { return f(d, load(cursor)...); },
+                          cursors);
       };
       std::size_t c = 0;
       for (; c + lanes <= cols; c += lanes) {
         const auto x = compute([&](const auto& cursor) { return cursor.load(d, c); });
-        each_sum(x, [&](std::size_t k, auto v) {
+        each_sum(x, [&](std::size_t k, auto v) TILEKERN_INLINE_LAMBDA {
           hn::StoreU(fold(hn::LoadU(d, accs[k] + c), v), d, accs[k] + c);
         });
       }

@@ -74,12 +74,18 @@ decltype(auto) visit_rounding(rounding mode, Body&& body) {
   return body(rounding_constant<rounding::nearest_even>());
 }
 
+// The per-block lambdas must inline into their loop: vectors passed to a call go through memory.
+// gcc 12 at -O3 inlines them by itself, at -O2 (CMake's RelWithDebInfo) not all: layernorm bf16
+// 1576 x 768 took 1.5 times as long. Not without optimisation, as Highway's HWY_INLINE.
+#if defined(__OPTIMIZE__)
+#define TILEKERN_INLINE_LAMBDA __attribute__((always_inline))
+#else
+#define TILEKERN_INLINE_LAMBDA
+#endif
+
 #if defined(TILEKERN_CONVERT_AVX2)
 
 namespace hn = hwy::HWY_NAMESPACE;
-
-// The per-block lambdas must inline into their loop: vectors passed to a call go through memory.
-#define TILEKERN_INLINE_LAMBDA __attribute__((always_inline))
 
 // fp32 lanes of the avx2 path (256 bits) and of the avx512 and amx paths (512 bits).
 using avx2_lanes = hn::Simd<float, 8, 0>;
