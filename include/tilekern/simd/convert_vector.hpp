@@ -75,8 +75,10 @@ decltype(auto) visit_rounding(rounding mode, Body&& body) {
 }
 
 // The per-block lambdas must inline into their loop: vectors passed to a call go through memory.
-// gcc 12 at -O3 inlines them by itself, at -O2 (CMake's RelWithDebInfo) not all: layernorm bf16
-// 1576 x 768 took 1.5 times as long. Not without optimisation, as Highway's HWY_INLINE.
+// Left to its heuristics, which depend on the -O level and on the rest of the translation unit,
+// gcc 12 did not always: at -O2 (CMake's RelWithDebInfo) layernorm bf16 1576 x 768 took 1.5 times
+// as long, and at -O3 in a file holding every kernel softmax fp32 1.3 times. Not without
+// optimisation, as Highway's HWY_INLINE.
 #if defined(__OPTIMIZE__)
 #define TILEKERN_INLINE_LAMBDA __attribute__((always_inline))
 #else
