@@ -1068,7 +1068,10 @@ TEST_CASE("vector: row_sums_of gives two sums of one pass") {
 // sums_then_map, row by row: the bits of row_sums_of over the whole tensor, then of map with a
 // column keep(r) writes as the row comes; rows keep refuses stay untouched. With q > 1, the reduce
 // sources hold each row of x as q rows of cols / q elements (x's rows one after another), and
-// keep(r) adds rows q r to q r + q - 1 of the sums.
+// keep(r) adds rows q r to q r + q - 1 of the sums. The same into a streamed destination, whose
+// rows are a multiple of 64 bytes apart, so that each row's whole lines are streamed and the
+// columns before and after them are not (engine/lanes.hpp, split_at_lines), and into one whose rows
+// are not (written with plain stores).
 template <class X, class D>
 void check_sums_then_map(shape s, std::uint64_t seed, std::size_t q = 1) {
   tensor<X> x(s.rows, s.cols, q == 1 ? s.cols + 2 : s.cols);
@@ -1096,29 +1099,41 @@ void check_sums_then_map(shape s, std::uint64_t seed, std::size_t q = 1) {
     tensor<D> want(s.rows, s.cols, s.cols + 1), got(s.rows, s.cols, s.cols + 1);
     vector::map(vector::rounded(want.v(), cast, 7, s.cols), f, x.cv(), vector::column(factor.cv()),
                 w.cv());
-    tensor<float> got_first(s.rows * q, 1), got_second(s.rows * q, 1), got_factor(s.rows, 1);
-    vector::sums_then_map(
-        vector::rounded(got.v(), cast, 7, s.cols), std::array{got_first.v(), got_second.v()}, pair,
-        std::forward_as_tuple(parts, part_w),
-        [&](std::size_t r) {
-          got_factor(r, 0) = factor_of(got_first, got_second, r);
-          return r % 3 != 1;
-        },
-        f, std::forward_as_tuple(x.cv(), vector::column(got_factor.cv()), w.cv()));
     const std::string what = type_name<X>() + " to " + type_name<D>() + " " +
                              shape_name(s.rows, s.cols) + " in " + std::to_string(q) + " " +
                              describe_cast(cast);
-    for (std::size_t r = 0; r < s.rows * q; ++r) {
-      REQUIRE_MESSAGE(bits_of(got_first(r, 0)) == bits_of(first(r, 0)), what, " sum ", r);
-      REQUIRE_MESSAGE(bits_of(got_second(r, 0)) == bits_of(second(r, 0)), what, " sum ", r);
-    }
-    for (std::size_t r = 0; r < s.rows; ++r) {
-      for (std::size_t c = 0; c < s.cols; ++c) {
-        const D expected = r % 3 != 1 ? want(r, c) : sentinel<D>();
-        REQUIRE_MESSAGE(bits_of(got(r, c)) == bits_of(expected), what, " (", r, ", ", c, ")");
+    // sums_then_map into got (a view or a destination), checked against want.
+    const auto check = [&](tensor<D>& got, const auto& destination, const std::string& into) {
+      tensor<float> got_first(s.rows * q, 1), got_second(s.rows * q, 1), got_factor(s.rows, 1);
+      vector::sums_then_map(
+          destination, std::array{got_first.v(), got_second.v()}, pair,
+          std::forward_as_tuple(parts, part_w),
+          [&](std::size_t r) {
+            got_factor(r, 0) = factor_of(got_first, got_second, r);
+            return r % 3 != 1;
+          },
+          f, std::forward_as_tuple(x.cv(), vector::column(got_factor.cv()), w.cv()));
+      for (std::size_t r = 0; r < s.rows * q; ++r) {
+        REQUIRE_MESSAGE(bits_of(got_first(r, 0)) == bits_of(first(r, 0)), what, into, " sum ", r);
+        REQUIRE_MESSAGE(bits_of(got_second(r, 0)) == bits_of(second(r, 0)), what, into, " sum ", r);
       }
+      for (std::size_t r = 0; r < s.rows; ++r) {
+        for (std::size_t c = 0; c < s.cols; ++c) {
+          const D expected = r % 3 != 1 ? want(r, c) : sentinel<D>();
+          REQUIRE_MESSAGE(bits_of(got(r, c)) == bits_of(expected), what, into, " (", r, ", ", c,
+                          ")");
+        }
+      }
+      CHECK_MESSAGE(got.gaps_untouched(), what, into);
+    };
+    check(got, vector::rounded(got.v(), cast, 7, s.cols), "");
+    const std::size_t per_line = 64 / sizeof(D);
+    for (const std::size_t stride :
+         {(s.cols + 5 + per_line - 1) / per_line * per_line, s.cols + 1}) {
+      tensor<D> streamed(s.rows, s.cols, stride);
+      check(streamed, vector::streamed(vector::rounded(streamed.v(), cast, 7, s.cols)),
+            ", streamed, stride " + std::to_string(stride));
     }
-    CHECK(got.gaps_untouched());
   }
 }
 

@@ -358,10 +358,9 @@ struct destination {
 };
 
 namespace detail {
-// 16 MiB on AMD processors, none (SIZE_MAX) on others (stream_threshold() below).
+// 16 MiB (stream_threshold() below).
 inline std::size_t default_stream_threshold() {
-  return detected_cpu_features().amd ? std::size_t{16} << 20
-                                     : std::numeric_limits<std::size_t>::max();
+  return std::size_t{16} << 20;
 }
 inline std::atomic<std::size_t>& stream_threshold_setting() {
   static std::atomic<std::size_t> bytes{default_stream_threshold()};
@@ -369,15 +368,23 @@ inline std::atomic<std::size_t>& stream_threshold_setting() {
 }
 }  // namespace detail
 
-// The size of output from which layernorm, rmsnorm and softmax (not into float) write it with
-// non-temporal stores (destination), unless set_stream_threshold() said otherwise: by default
-// 16 MiB on AMD processors, and never on others. Measured on one machine of each:
+// The size of output from which layernorm, rmsnorm and softmax write it with non-temporal stores
+// (destination), unless set_stream_threshold() said otherwise: by default 16 MiB, on every
+// processor. Measured:
 // - AMD EPYC (Zen 4, 32 MiB of L3): a copy loop with non-temporal stores was 10% slower than one
 //   with plain stores at 8 MiB, 20% faster at 12 MiB and 1.4-1.8x as fast at 32 MiB; streamed,
-//   the kernels at 4096 x 4096 took 0.63-0.90 of their time with plain stores.
+//   the kernels' block passes at 4096 x 4096 took 0.63-0.90 of their time with plain stores.
 // - Intel Xeon (Cascade Lake, 36 MiB of L3): the copy loop was as fast either way up to 32 MiB
 //   and 8% faster streamed at 64 MiB, but streamed, the kernels at 4096 x 4096 took 1.03-1.17
-//   times as long (layernorm and rmsnorm into bf16 and fp32, softmax into bf16).
+//   times as long (layernorm and rmsnorm into bf16 and fp32, softmax into bf16). That was their
+//   block passes: the row passes (reduce_then_map_rows) did not stream then, and so no Intel
+//   processor streamed by default until stop 56.
+// - Intel Xeon with AMX (Granite Rapids class, 2 cores of a VM): a copy loop of 64 MiB 1.09 times
+//   memcpy's speed with plain stores, 1.36-1.38 with non-temporal ones. The row passes streamed,
+//   4096 x 4096 with x and y on a line (16 bytes past one): layernorm bf16 1.28 (1.14) times as
+//   fast, fp32 1.26 (1.20), rmsnorm bf16 1.38 (1.20), fp32 1.17 off a line, softmax fp32 1.06
+//   (1.03), bf16 1.01 off a line; layernorm bf16 2048 x 4096 (16 MiB) 1.25 (1.16), but 1576 x 768
+//   (2.4 MiB) 0.78-0.83 and 1024 x 4096 (8 MiB) 0.82-1.13 (CONTRIBUTING.md, stop 56).
 inline std::size_t stream_threshold() {
   return detail::stream_threshold_setting().load();
 }
@@ -394,6 +401,59 @@ namespace detail {
 template <class T>
 bool streams(const view<T>& to) {
   return to.rows() * to.cols() * sizeof(T) >= stream_threshold();
+}
+
+// Whether every row of `to` is whole 64-byte lines (its first element, its length and its stride),
+// which map_rows needs to stream a Streamed destination; and the same destination with plain
+// stores, for rows that are not.
+template <class T>
+bool whole_lines(const view<T>& to) {
+  const auto at_64 = [](std::size_t bytes) { return bytes % 64 == 0; };
+  return at_64(reinterpret_cast<std::uintptr_t>(to.data())) && at_64(to.cols() * sizeof(T)) &&
+         (to.rows() <= 1 || at_64(to.stride() * sizeof(T)));
+}
+template <class T, bool Streamed>
+destination<T> plain(const destination<T, Streamed>& to) {
+  return {to.to, to.cast, to.first_index, to.index_stride};
+}
+
+// How the row passes (reduce_then_map_rows, softmax's softmax_rows) split each row of a streamed
+// destination: `head` columns before the row's first 64-byte line and `tail` after its last, which
+// they write with plain stores, and the `lines` columns between, which they stream. Rows whose
+// lines do not fall at the same columns in every row (their stride not a multiple of 64 bytes, or
+// their first element not at a multiple of its size) are all head: written with plain stores.
+struct line_split {
+  std::size_t head, lines, tail;
+};
+template <class T>
+line_split split_at_lines(const view<T>& to) {
+  const std::size_t cols = to.cols();
+  const auto offset = reinterpret_cast<std::uintptr_t>(to.data()) % 64;
+  const std::size_t before = (64 - offset) % 64;
+  if (before % sizeof(T) != 0 || (to.rows() > 1 && to.stride() * sizeof(T) % 64 != 0)) {
+    return {cols, 0, 0};
+  }
+  const std::size_t head = std::min(cols, before / sizeof(T));
+  const std::size_t lines = (cols - head) * sizeof(T) / 64 * 64 / sizeof(T);
+  return {head, lines, cols - head - lines};
+}
+
+// Columns [c, c + k) of `to`'s rows, with the rounding indices they have in `to`.
+template <class T, bool Streamed>
+destination<T, Streamed> columns_of(const destination<T, Streamed>& to, std::size_t c,
+                                    std::size_t k) {
+  return {to.to.block(0, c, to.to.rows(), k), to.cast, to.first_index + c,
+          to.index_stride != 0 ? to.index_stride : to.to.cols()};
+}
+// An operand moved left by c columns: its column 0 is op's column c.
+template <class T, along Kind>
+operand<T, Kind> from_column(operand<T, Kind> op, std::size_t c) {
+  if (op.data != nullptr) op.data += c * op.col_step;
+  return op;
+}
+inline operand<affine> from_column(operand<affine> op, std::size_t c) {
+  op.f.offset += op.f.col * static_cast<float>(c);
+  return op;
 }
 
 // Whether the row loop encodes blocks of T two at a time, in order (lane_store::store_in_order):
@@ -966,12 +1026,7 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
               const Operands&... operands) {
   const std::size_t rows = to.to.rows(), cols = to.to.cols();
   if constexpr (Streamed) {
-    const auto at_64 = [](std::size_t bytes) { return bytes % 64 == 0; };
-    if (!at_64(reinterpret_cast<std::uintptr_t>(to.to.data())) || !at_64(cols * sizeof(Out)) ||
-        !(rows <= 1 || at_64(to.to.stride() * sizeof(Out)))) {
-      return map_rows<Reduce, Op>(destination<Out>{to.to, to.cast, to.first_index, to.index_stride},
-                                  sums, f, operands...);
-    }
+    if (!whole_lines(to.to)) return map_rows<Reduce, Op>(plain(to), sums, f, operands...);
   }
   if (rows * cols == 0) {
     if constexpr (Reduce) {
@@ -1040,6 +1095,10 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
 // Larger rows keep the first order: at 4096 x 4096 bf16 (16 KiB of a row of both) the second ran
 // 0.86-0.94 times as fast (three rounds), the L1 then holding two rows of both and the next row's
 // prefetch.
+// A Streamed destination is written with non-temporal stores over the whole 64-byte lines of each
+// row, and with plain stores before and after them (split_at_lines: each row's map in three
+// pieces, the lines' with the map's blocks, the others element by element in order); it is not
+// prefetched for writing. What it gains: see stream_threshold().
 inline constexpr std::size_t write_ahead_bytes = std::size_t{16} << 10;
 template <class Out, bool Streamed, class Sums, class ReduceF, class... ReduceOperands, class Keep,
           class MapF, class... MapOperands>
@@ -1047,9 +1106,26 @@ void reduce_then_map_rows(const destination<Out, Streamed>& to, const Sums& sums
                           ReduceF&& reduce_f, const std::tuple<ReduceOperands...>& reduce_operands,
                           Keep&& keep, MapF&& map_f, const std::tuple<MapOperands...>& map_operands,
                           std::size_t chunks) {
-  static_assert(!Streamed, "tilekern::vector::sums_then_map: no streamed destination");
   const std::size_t rows = to.to.rows(), cols = to.to.cols(), chunk_cols = cols / chunks;
   if (rows * cols == 0) return;
+  // The columns the map's blocks take, from `start` on; with Streamed, the lines (see above).
+  const line_split split = Streamed ? split_at_lines(to.to) : line_split{0, cols, 0};
+  if (Streamed && split.lines == 0) {
+    return reduce_then_map_rows(plain(to), sums, reduce_f, reduce_operands, keep, map_f,
+                                map_operands, chunks);
+  }
+  const std::size_t start = split.head, blocked = split.lines;
+  // Row r's columns before the lines and after them, with plain stores, element by element.
+  const auto map_ends = [&](auto d, std::size_t r, const auto&... sources) {
+    const auto piece = [&](std::size_t c, std::size_t k) {
+      if (k == 0) return;
+      const lane_store<Out, decltype(d)> out(d, columns_of(plain(to), c, k));
+      map_row<false, combine::sum>(d, std::false_type(), out, column_out{nullptr, 0}, map_f,
+                                   no_prefetch(), r, k, from_column(sources, c)...);
+    };
+    piece(0, split.head);
+    piece(split.head + split.lines, split.tail);
+  };
   const auto with_scratch = [](std::size_t n, const auto& operands, auto&& body) {
     std::apply([&](const auto&... each) { with_repeat_scratch(n, body, each...); }, operands);
   };
@@ -1060,19 +1136,20 @@ void reduce_then_map_rows(const destination<Out, Streamed>& to, const Sums& sums
             d, chunk_cols,
             [&](auto reduce_blocks, const auto&... reducing) {
               with_blocks<false, Out>(
-                  d, cols,
+                  d, blocked,
                   [&](auto map_blocks, const auto&... mapping) {
                     // Locals, as in map_rows: not captured by any lambda, so that no vector store
                     // can alias them and gcc keeps them in registers.
                     const std::size_t cols = to.to.cols(), chunk_cols = cols / chunks;
-                    const lane_store<Out, decltype(d)> out(d, to);
+                    const lane_store<Out, decltype(d), Streamed> out(
+                        d, columns_of(to, start, blocked));
                     const lane_store<no_output, decltype(d)> nothing(
                         d, destination<no_output>{
                                view<no_output>(nullptr, rows * chunks, chunk_cols)});
                     const auto* const first = std::get<0>(reduce_operands).data;
                     const std::size_t row_step = chunks * std::get<0>(reduce_operands).row_step;
                     const bool write_ahead =
-                        cols * (sizeof(*first) + sizeof(Out)) <= write_ahead_bytes;
+                        !Streamed && cols * (sizeof(*first) + sizeof(Out)) <= write_ahead_bytes;
                     // Row r's sums come between keep(r - 1) and row r - 1's map where two rows
                     // fit in write_ahead_bytes (lag 1), else after that map (lag 0): see above.
                     const std::size_t lag =
@@ -1089,11 +1166,13 @@ void reduce_then_map_rows(const destination<Out, Streamed>& to, const Sums& sums
                       if (map) {
                         const prefetch_row next{first + std::min(r + 1, rows - 1) * row_step};
                         map_row<false, combine::sum>(d, map_blocks, out, column_out{nullptr, 0},
-                                                     map_f, next, r - lag, cols, mapping...);
+                                                     map_f, next, r - lag, blocked, mapping...);
+                        if constexpr (Streamed) map_ends(d, r - lag, map_sources...);
                       }
                     }
+                    if constexpr (Streamed) hwy::FlushStream();  // as map_rows
                   },
-                  map_sources...);
+                  from_column(map_sources, start)...);
             },
             reduce_sources...);
       });

@@ -29,11 +29,11 @@
 // next row's sum before this row's map, while its rstd completes). A row whose sum needs the
 // scale below is left to the steps above, run over the runs of such rows. The bits are the same
 // either way (tests/kernels/blocks_test.cpp); set_row_passes(false) (simd/isa.hpp) turns the
-// row passes off, and a streamed y never takes them. Measured as layernorm's (layernorm.hpp):
-// 4096 x 4096 fp32 1.09-1.12 times as fast as the block passes, bf16 1.01-1.09; 8192 x 2048 and
-// 2048 x 8192 1.01-1.05 (before the prefetches: the next row's adds 1.08-1.21 at 4096 x 4096 and
-// 1.04-1.28 at 1576 x 768, y's 1.04-1.10 at 1576 x 768 fp32: engine/lanes.hpp,
-// reduce_then_map_rows).
+// row passes off. A streamed y takes them too, with non-temporal stores over its rows' lines.
+// The row passes measured as layernorm's (layernorm.hpp): 4096 x 4096 fp32 1.09-1.12 times as fast
+// as the block passes, bf16 1.01-1.09; 8192 x 2048 and 2048 x 8192 1.01-1.05 (before the
+// prefetches: the next row's adds 1.08-1.21 at 4096 x 4096 and 1.04-1.28 at 1576 x 768, y's
+// 1.04-1.10 at 1576 x 768 fp32: engine/lanes.hpp, reduce_then_map_rows).
 // The backward adds a row sum of g * xhat and a column sum (vector::col_sum_of, rows in order, in
 // fp32 across all blocks) for dgamma, encoded into dgamma at the end.
 //
@@ -401,6 +401,17 @@ void norm_runs(view<const float> scale, Body&& body) {
       scale.rows(), [&](std::size_t r) { return scale(r, 0) != 1.0f; }, body);
 }
 
+// body(the destination of the row passes over `rows`, whole rows of y from element `first` on):
+// with non-temporal stores where y is streamed (reduce_then_map_rows streams the rows that are
+// whole 64-byte lines and writes the others with plain stores), else plain.
+template <class Y, class Body>
+void norm_row_destination(view<Y> rows, const cast_options& cast, std::uint64_t first,
+                          bool streamed, Body&& body) {
+  const auto to = vector::rounded(rows, cast, first, rows.cols());
+  if (streamed) return body(vector::streamed(to));
+  body(to);
+}
+
 // The loop of the forward kernels over blocks of `block` rows: where by_row, row_by_row(r0, n)
 // (the row passes), which flags in `left` the rows it leaves, then normalise(r0 + a, m) for each
 // run of them; else normalise(r0, n) (every pass over the block).
@@ -477,7 +488,7 @@ void rmsnorm_views(view<const X> x, view<const G> gamma, view<Y> y, float eps,
   const std::size_t block = std::min(rows, norm_block_rows<X>(cols));
   const bool streamed = streams(y);
   // The chunk-rows the row passes read each row of x as (norm_row_chunks); 0: no row passes.
-  const std::size_t q = row_passes() && !streamed ? norm_row_chunks(x) : 0;
+  const std::size_t q = row_passes() ? norm_row_chunks(x) : 0;
   // every value written before it is read
   norm_scratch<float, 16> columns(std::max<std::size_t>(3, q + 1) * block + 1);
   norm_scratch<double, 4> sums(block);
@@ -521,11 +532,13 @@ void rmsnorm_views(view<const X> x, view<const G> gamma, view<Y> y, float eps,
       return true;
     };
     float* unused = nullptr;  // a view of x needs no scratch (norm_chunk_rows)
-    vector::sums_then_map(
-        vector::rounded(y.block(r0, 0, n, cols), cast, r0 * cols, cols), partial,
-        [](auto, auto v) { return v * v; }, std::tuple(norm_chunk_rows(xb, q, unused)), factors,
-        [](auto, auto v, auto r, auto g) { return v * r * g; },
-        std::forward_as_tuple(xb, norm_per_row(rstd), gamma));
+    norm_row_destination(y.block(r0, 0, n, cols), cast, r0 * cols, streamed, [&](const auto& to) {
+      vector::sums_then_map(
+          to, partial, [](auto, auto v) { return v * v; },
+          std::tuple(norm_chunk_rows(xb, q, unused)), factors,
+          [](auto, auto v, auto r, auto g) { return v * r * g; },
+          std::forward_as_tuple(xb, norm_per_row(rstd), gamma));
+    });
   };
   norm_blocks(rows, block, q > 0, left, row_by_row, normalise);
 }

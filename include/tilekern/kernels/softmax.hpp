@@ -26,9 +26,9 @@
 //                                                 float (stream_threshold(), engine/lanes.hpp)
 // With a mask the scores are first written into the scratch block (vector::map), then the same
 // three passes run over it.
-// Row passes (row_passes(), simd/isa.hpp; not where y is streamed): the same passes one row at a
-// time instead (softmax_rows below), the row's exponentials in one row of fp32 scratch (or in y's
-// row when y is float), so that the later passes read the row from L1; with a mask the scores
+// Row passes (row_passes(), simd/isa.hpp): the same passes one row at a time instead
+// (softmax_rows below), the row's exponentials in one row of fp32 scratch (or in y's row when y
+// is float and not streamed), so that the later passes read the row from L1; with a mask the scores
 // pass also finds the row's max. While it takes a row's exponentials it prefetches the next row of
 // x, and the row of y for writing (a float y: the next row, into which the next exponentials go),
 // so that reading x and writing y from memory overlap exp's arithmetic, where the block passes
@@ -41,6 +41,9 @@
 // comes between a row's exponentials and its products (with a mask, its scores into a second
 // scratch row), so that it runs while the row's sum and 1 / sum complete: bf16 and fp32 1576 x 768
 // 1.08-1.09 times as fast again, 4096 x 4096 within 1% (CONTRIBUTING.md, stop 54).
+// A streamed y (stream_threshold(), engine/lanes.hpp) takes the products with non-temporal stores
+// over the whole 64-byte lines of its rows, and a float one its exponentials in scratch: on a
+// 2-core Intel Xeon with AMX, 4096 x 4096 fp32 1.03-1.06 times as fast, bf16 1.01 (bound by exp).
 // The backward is two passes: dot = row_sum_of(dy * y), then dx = scale * y * (dy - dot)
 // (vector::map).
 //
@@ -269,21 +272,24 @@ prefetch_both(A, B) -> prefetch_both<A, B>;  // clang 14 deduces no aggregate's 
 // max coming between its exponentials and its products, the row's exponentials in a row of fp32
 // scratch (or in y's row when y is float), all of them in L1; while it takes a row's exponentials
 // it prefetches the next row of x, and the next row of y to be written (this row, or for a float y
-// the next), so that the reads and writes of memory overlap the arithmetic of exp.
-template <class X, class Mask, class Y>
+// the next), so that the reads and writes of memory overlap the arithmetic of exp. Streamed: the
+// products go to the whole 64-byte lines of y's rows with non-temporal stores, a float y's
+// exponentials into scratch, and y is not prefetched.
+template <bool Streamed, class X, class Mask, class Y>
 void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
                   const cast_options& cast) {
   constexpr const char* function = "tilekern::softmax";
   const std::size_t rows = x.rows(), cols = x.cols();
   constexpr bool masked = !std::is_same_v<Mask, no_mask>;
-  constexpr bool float_out = std::is_same_v<Y, float>;
+  // The exponentials go into y's rows where y is float and not streamed, else into scratch.
+  constexpr bool in_y = std::is_same_v<Y, float> && !Streamed;
   // With a mask, two scratch rows: the next row's scores go into one while the other holds this
   // row's exponentials (see the loop below). Without, the next row's max reads x, and one will do.
   constexpr std::size_t scratch_rows = masked ? 2 : 1;
   const auto scratch =
-      float_out ? nullptr : std::make_unique_for_overwrite<float[]>(scratch_rows * cols);
+      in_y ? nullptr : std::make_unique_for_overwrite<float[]>(scratch_rows * cols);
   const view<float> work = [&] {
-    if constexpr (float_out)
+    if constexpr (in_y)
       return y;
     else
       return view<float>(scratch.get(), scratch_rows, cols);
@@ -305,7 +311,11 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
   visit_lanes([&](auto d) {
     using D = decltype(d);
     const std::false_type in_order;
-    const lane_store<Y, D> out(d, destination<Y>{y, cast});
+    // Streamed: the products go to the rows' whole lines with non-temporal stores, to the columns
+    // before and after them with plain ones (split_at_lines, engine/lanes.hpp).
+    const line_split split = Streamed ? split_at_lines(y) : line_split{0, cols, 0};
+    const lane_store<Y, D, Streamed> out(
+        d, columns_of(destination<Y, Streamed>{y, cast}, split.head, split.lines));
     const lane_store<float, D> work_out(d, destination<float>{work});
     const lane_store<no_output, D> nothing(
         d, destination<no_output>{view<no_output>(nullptr, rows, cols)});
@@ -335,9 +345,7 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
     // Row r's exponentials, then row r + 1's max, then row r's products: the max runs while the
     // sum of the exponentials and the factor 1 / sum complete, and the products while the max
     // does, where each pass waited for the one before.
-    const auto work_row = [&](std::size_t r) -> std::size_t {
-      return float_out ? r : r % scratch_rows;
-    };
+    const auto work_row = [&](std::size_t r) -> std::size_t { return in_y ? r : r % scratch_rows; };
     float m = 0.0f;             // row r's max
     scores(0, work_row(0), m);  // x has a row: softmax returns first where it is empty
     for (std::size_t r = 0; r < rows; ++r) {
@@ -348,7 +356,7 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
       // written (this one's product, or the next row's exponentials when y is float).
       const std::size_t next = std::min(r + 1, rows - 1);
       const prefetch_both ahead{prefetch_row{x.row(next).data()},
-                                prefetch_write{y.row(float_out ? next : r).data()}};
+                                prefetch_write{Streamed ? nullptr : y.row(in_y ? next : r).data()}};
       if constexpr (masked) {
         map_row<true, combine::sum>(d, in_order, work_out, column_out{&sum, 0}, softmax_exponential,
                                     ahead, at, cols, work_rows, constant(1.0f), constant(bias));
@@ -362,9 +370,22 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
       // The products are row r of y: their source, work's row at, as an operand whose row r it is.
       const operand<float, along::varies> exponentials{work.row(at).data(), 0, 1};
       map_row<false, combine::sum>(d, in_order, out, column_out{nullptr, 0}, softmax_product,
-                                   no_prefetch(), r, cols, exponentials, constant(factor));
+                                   no_prefetch(), r, split.lines,
+                                   from_column(exponentials, split.head), constant(factor));
+      if constexpr (Streamed) {
+        const auto plain_products = [&](std::size_t c, std::size_t k) {
+          if (k == 0) return;
+          const lane_store<Y, D> to(d, columns_of(destination<Y>{y, cast}, c, k));
+          map_row<false, combine::sum>(d, in_order, to, column_out{nullptr, 0}, softmax_product,
+                                       no_prefetch(), r, k, from_column(exponentials, c),
+                                       constant(factor));
+        };
+        plain_products(0, split.head);
+        plain_products(split.head + split.lines, split.tail);
+      }
       m = next_m;
     }
+    if constexpr (Streamed) hwy::FlushStream();  // its stores ordered before whatever follows
   });
 }
 
@@ -377,11 +398,14 @@ void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
   const std::size_t rows = x.rows(), cols = x.cols();
   constexpr bool masked = !std::is_same_v<Mask, no_mask>;
   constexpr bool float_out = std::is_same_v<Y, float>;
-  // The last pass writes a large y with non-temporal stores (write_rounded). Not a float y: the
-  // exponentials go into it, and streaming would need them in scratch, one more pass (fp32
-  // 4096x4096 took 8-13% longer so).
+  // The block passes write a large y with non-temporal stores (write_rounded), but not a float y:
+  // the exponentials go into it, and streaming would need them in scratch, one more pass (fp32
+  // 4096x4096 took 8-13% longer so). The row passes have the scratch row anyway.
+  if (row_passes()) {
+    if (streams(y)) return softmax_rows<true>(x, mask, y, scale, cast);
+    return softmax_rows<false>(x, mask, y, scale, cast);
+  }
   const bool streamed = !float_out && streams(y);
-  if (!streamed && row_passes()) return softmax_rows(x, mask, y, scale, cast);
   const std::size_t block_rows = softmax_block_rows<X>(rows, cols);
   // Scores with a mask, exponentials without one, unless they can go straight into y.
   softmax_scratch scratch(block_rows, cols, !float_out);

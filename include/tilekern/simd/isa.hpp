@@ -67,7 +67,7 @@ struct cpu_features {
   bool avx512_fp16 = false;
   bool amx = false;            // AMX-TILE and AMX-BF16, XTILEDATA enabled by the OS
   bool amx_permitted = false;  // and Linux granted this process the tile data state
-  bool amd = false;            // the vendor is AuthenticAMD (stream_threshold(), engine/lanes.hpp)
+  bool amd = false;            // the vendor is AuthenticAMD
 };
 
 namespace detail {
