@@ -368,9 +368,9 @@ inline std::atomic<std::size_t>& stream_threshold_setting() {
 }
 }  // namespace detail
 
-// The size of output from which layernorm, rmsnorm and softmax write it with non-temporal stores
-// (destination), unless set_stream_threshold() said otherwise: by default 16 MiB, on every
-// processor. Measured:
+// The size of output from which layernorm, rmsnorm and softmax (not into float) write it with
+// non-temporal stores (destination), unless set_stream_threshold() said otherwise: by default 16
+// MiB, on every processor. Measured:
 // - AMD EPYC (Zen 4, 32 MiB of L3): a copy loop with non-temporal stores was 10% slower than one
 //   with plain stores at 8 MiB, 20% faster at 12 MiB and 1.4-1.8x as fast at 32 MiB; streamed,
 //   the kernels' block passes at 4096 x 4096 took 0.63-0.90 of their time with plain stores.
@@ -382,9 +382,10 @@ inline std::atomic<std::size_t>& stream_threshold_setting() {
 // - Intel Xeon with AMX (Granite Rapids class, 2 cores of a VM): a copy loop of 64 MiB 1.09 times
 //   memcpy's speed with plain stores, 1.36-1.38 with non-temporal ones. The row passes streamed,
 //   4096 x 4096 with x and y on a line (16 bytes past one): layernorm bf16 1.28 (1.14) times as
-//   fast, fp32 1.26 (1.20), rmsnorm bf16 1.38 (1.20), fp32 1.17 off a line, softmax fp32 1.06
-//   (1.03), bf16 1.01 off a line; layernorm bf16 2048 x 4096 (16 MiB) 1.25 (1.16), but 1576 x 768
-//   (2.4 MiB) 0.78-0.83 and 1024 x 4096 (8 MiB) 0.82-1.13 (CONTRIBUTING.md, stop 56).
+//   fast, fp32 1.26 (1.20), rmsnorm bf16 1.38 (1.20), fp32 1.17 off a line, softmax bf16 1.01
+//   off a line (fp32 through scratch 1.06 (1.03), but the bench 0.83-0.86: not streamed);
+//   layernorm bf16 2048 x 4096 (16 MiB) 1.25 (1.16), but 1576 x 768 (2.4 MiB) 0.78-0.83 and
+//   1024 x 4096 (8 MiB) 0.82-1.13 (CONTRIBUTING.md, stop 56).
 inline std::size_t stream_threshold() {
   return detail::stream_threshold_setting().load();
 }

@@ -28,7 +28,7 @@
 // three passes run over it.
 // Row passes (row_passes(), simd/isa.hpp): the same passes one row at a time instead
 // (softmax_rows below), the row's exponentials in one row of fp32 scratch (or in y's row when y
-// is float and not streamed), so that the later passes read the row from L1; with a mask the scores
+// is float), so that the later passes read the row from L1; with a mask the scores
 // pass also finds the row's max. While it takes a row's exponentials it prefetches the next row of
 // x, and the row of y for writing (a float y: the next row, into which the next exponentials go),
 // so that reading x and writing y from memory overlap exp's arithmetic, where the block passes
@@ -41,9 +41,9 @@
 // comes between a row's exponentials and its products (with a mask, its scores into a second
 // scratch row), so that it runs while the row's sum and 1 / sum complete: bf16 and fp32 1576 x 768
 // 1.08-1.09 times as fast again, 4096 x 4096 within 1% (CONTRIBUTING.md, stop 54).
-// A streamed y (stream_threshold(), engine/lanes.hpp) takes the products with non-temporal stores
-// over the whole 64-byte lines of its rows, and a float one its exponentials in scratch: on a
-// 2-core Intel Xeon with AMX, 4096 x 4096 fp32 1.03-1.06 times as fast, bf16 1.01 (bound by exp).
+// A streamed y (stream_threshold(), engine/lanes.hpp; not a float one) takes the products with
+// non-temporal stores over the whole 64-byte lines of its rows: on a 2-core Intel Xeon with AMX,
+// 4096 x 4096 bf16 1.01 times as fast (bound by exp).
 // The backward is two passes: dot = row_sum_of(dy * y), then dx = scale * y * (dy - dot)
 // (vector::map).
 //
@@ -272,17 +272,17 @@ prefetch_both(A, B) -> prefetch_both<A, B>;  // clang 14 deduces no aggregate's 
 // max coming between its exponentials and its products, the row's exponentials in a row of fp32
 // scratch (or in y's row when y is float), all of them in L1; while it takes a row's exponentials
 // it prefetches the next row of x, and the next row of y to be written (this row, or for a float y
-// the next), so that the reads and writes of memory overlap the arithmetic of exp. Streamed: the
-// products go to the whole 64-byte lines of y's rows with non-temporal stores, a float y's
-// exponentials into scratch, and y is not prefetched.
+// the next), so that the reads and writes of memory overlap the arithmetic of exp. Streamed (not a
+// float y): the products go to the whole 64-byte lines of y's rows with non-temporal stores, and y
+// is not prefetched.
 template <bool Streamed, class X, class Mask, class Y>
 void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
                   const cast_options& cast) {
   constexpr const char* function = "tilekern::softmax";
   const std::size_t rows = x.rows(), cols = x.cols();
   constexpr bool masked = !std::is_same_v<Mask, no_mask>;
-  // The exponentials go into y's rows where y is float and not streamed, else into scratch.
-  constexpr bool in_y = std::is_same_v<Y, float> && !Streamed;
+  constexpr bool in_y = std::is_same_v<Y, float>;  // the exponentials go into y's rows
+  static_assert(!(in_y && Streamed), "tilekern::softmax: a float y is not streamed");
   // With a mask, two scratch rows: the next row's scores go into one while the other holds this
   // row's exponentials (see the loop below). Without, the next row's max reads x, and one will do.
   constexpr std::size_t scratch_rows = masked ? 2 : 1;
@@ -398,11 +398,14 @@ void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
   const std::size_t rows = x.rows(), cols = x.cols();
   constexpr bool masked = !std::is_same_v<Mask, no_mask>;
   constexpr bool float_out = std::is_same_v<Y, float>;
-  // The block passes write a large y with non-temporal stores (write_rounded), but not a float y:
-  // the exponentials go into it, and streaming would need them in scratch, one more pass (fp32
-  // 4096x4096 took 8-13% longer so). The row passes have the scratch row anyway.
+  // A large y is written with non-temporal stores, but not a float y: the exponentials go into it.
+  // Streaming it would need them in scratch: in the block passes one more pass (fp32 4096x4096
+  // took 8-13% longer so), in the row passes the scratch row, but the bench at 4096x4096 fp32 then
+  // ran 0.83-0.86 times as fast (CONTRIBUTING.md, stop 56).
   if (row_passes()) {
-    if (streams(y)) return softmax_rows<true>(x, mask, y, scale, cast);
+    if constexpr (!float_out) {
+      if (streams(y)) return softmax_rows<true>(x, mask, y, scale, cast);
+    }
     return softmax_rows<false>(x, mask, y, scale, cast);
   }
   const bool streamed = !float_out && streams(y);
