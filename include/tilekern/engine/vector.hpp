@@ -484,17 +484,18 @@ void row_sums_of(FirstSums&& first_sums, SecondSums&& second_sums, F&& f, const 
 // Row by row: sums[r] = the fp32 sum over c of reduce_f(d, reduce_sources...)(r, c), as
 // row_sum_of (sums one column), or row_sums_of (sums an std::array of two, reduce_f returning a
 // pair); then, if keep(r) returns true, row r of dst = map_f(d, map_sources...), as map (dst a
-// view, rounded(...) or streamed(rounded(...)), whose rows stream only where they are whole
-// 64-byte lines and otherwise take plain stores). Both take their sources as std::tuples
-// (std::forward_as_tuple), the first of reduce_sources giving the shape, which dst must have.
-// keep(r) may write row r of the columns map_sources read: a row's sources are read when its pass
-// begins. So a row's statistics and its map run while the row is in L1, in place of a pass over
-// every row for each (a block of rows in L2); the bits are those of the separate operations. While
-// it maps row r it prefetches the next row of the first reduce source it sums, and while it reduces
-// row r, where that row and dst's fit in 16 KiB together, row r of dst for writing; where they fit
-// in 8 KiB, row r + 1's sums run right after keep(r), before row r's map, and overlap the
-// statistics keep computes (engine/lanes.hpp, reduce_then_map_rows). The reduce sources may also
-// hold each row of dst as q rows of cols / q elements: dst rows x cols, the first reduce source (q
+// view, rounded(...) or streamed(rounded(...)), which streams the whole 64-byte lines of each row
+// where the rows are a multiple of 64 bytes apart, and otherwise takes plain stores). Both take
+// their sources as std::tuples (std::forward_as_tuple), the first of reduce_sources giving the
+// shape, which dst must have. keep(r) may write row r of the columns map_sources read: a row's
+// sources are read when its pass begins. So a row's statistics and its map run while the row is in
+// L1, in place of a pass over every row for each (a block of rows in L2); the bits are those of the
+// separate operations. While it maps row r it prefetches the next row of the first reduce source it
+// sums, and while it reduces row r, where that row and dst's fit in 16 KiB together, row r of dst
+// for writing; where they fit in 8 KiB, row r + 1's sums run right after keep(r), before row r's
+// map, and overlap the statistics keep computes (engine/lanes.hpp, reduce_then_map_rows). The
+// reduce sources may also hold each row of dst as q rows of cols / q elements: dst rows x cols, the
+// first reduce source (q
 // * rows) x (cols / q), e.g. a view of rows stored one after another, with stride cols / q. Then
 // sums has q * rows rows, and keep(r) reads rows q r to q r + q - 1 of it: the sums row_sum_of (or
 // row_sums_of) over the reduce sources would give.
