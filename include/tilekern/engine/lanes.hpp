@@ -996,6 +996,22 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
   }
 }
 
+// Row r of a streamed destination `to`, split at its lines (split_at_lines), outside its lines:
+// the columns before them and after them, with plain stores, element by element in order. (The
+// row passes map the lines themselves with their blocks and non-temporal stores.)
+template <class D, class Out, bool Streamed, class F, class... Sources>
+HWY_INLINE void map_row_ends(D d, const destination<Out, Streamed>& to, const line_split& split,
+                             F& f, std::size_t r, const Sources&... sources) {
+  const auto piece = [&](std::size_t c, std::size_t k) {
+    if (k == 0) return;
+    const lane_store<Out, D> out(d, columns_of(plain(to), c, k));
+    map_row<false, combine::sum>(d, std::false_type(), out, column_out{nullptr, 0}, f,
+                                 no_prefetch(), r, k, from_column(sources, c)...);
+  };
+  piece(0, split.head);
+  piece(split.head + split.lines, split.tail);
+}
+
 // body(interleave, sources...) on lanes d: interleave is std::true_type where map_rows' interleaved
 // blocks apply (interleaved_rows), the float sources then read from copies in that order. A
 // compile-time flag, so that each row loop is compiled for exactly the blocks it runs: a run-time
@@ -1116,17 +1132,6 @@ void reduce_then_map_rows(const destination<Out, Streamed>& to, const Sums& sums
                                 map_operands, chunks);
   }
   const std::size_t start = split.head, blocked = split.lines;
-  // Row r's columns before the lines and after them, with plain stores, element by element.
-  const auto map_ends = [&](auto d, std::size_t r, const auto&... sources) {
-    const auto piece = [&](std::size_t c, std::size_t k) {
-      if (k == 0) return;
-      const lane_store<Out, decltype(d)> out(d, columns_of(plain(to), c, k));
-      map_row<false, combine::sum>(d, std::false_type(), out, column_out{nullptr, 0}, map_f,
-                                   no_prefetch(), r, k, from_column(sources, c)...);
-    };
-    piece(0, split.head);
-    piece(split.head + split.lines, split.tail);
-  };
   const auto with_scratch = [](std::size_t n, const auto& operands, auto&& body) {
     std::apply([&](const auto&... each) { with_repeat_scratch(n, body, each...); }, operands);
   };
@@ -1168,7 +1173,9 @@ void reduce_then_map_rows(const destination<Out, Streamed>& to, const Sums& sums
                         const prefetch_row next{first + std::min(r + 1, rows - 1) * row_step};
                         map_row<false, combine::sum>(d, map_blocks, out, column_out{nullptr, 0},
                                                      map_f, next, r - lag, blocked, mapping...);
-                        if constexpr (Streamed) map_ends(d, r - lag, map_sources...);
+                        if constexpr (Streamed) {
+                          map_row_ends(d, to, split, map_f, r - lag, map_sources...);
+                        }
                       }
                     }
                     if constexpr (Streamed) hwy::FlushStream();  // as map_rows

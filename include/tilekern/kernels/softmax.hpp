@@ -281,15 +281,15 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
   constexpr const char* function = "tilekern::softmax";
   const std::size_t rows = x.rows(), cols = x.cols();
   constexpr bool masked = !std::is_same_v<Mask, no_mask>;
-  constexpr bool in_y = std::is_same_v<Y, float>;  // the exponentials go into y's rows
-  static_assert(!(in_y && Streamed), "tilekern::softmax: a float y is not streamed");
+  constexpr bool float_out = std::is_same_v<Y, float>;
+  static_assert(!(float_out && Streamed), "tilekern::softmax: a float y is not streamed");
   // With a mask, two scratch rows: the next row's scores go into one while the other holds this
   // row's exponentials (see the loop below). Without, the next row's max reads x, and one will do.
   constexpr std::size_t scratch_rows = masked ? 2 : 1;
   const auto scratch =
-      in_y ? nullptr : std::make_unique_for_overwrite<float[]>(scratch_rows * cols);
+      float_out ? nullptr : std::make_unique_for_overwrite<float[]>(scratch_rows * cols);
   const view<float> work = [&] {
-    if constexpr (in_y)
+    if constexpr (float_out)
       return y;
     else
       return view<float>(scratch.get(), scratch_rows, cols);
@@ -345,7 +345,9 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
     // Row r's exponentials, then row r + 1's max, then row r's products: the max runs while the
     // sum of the exponentials and the factor 1 / sum complete, and the products while the max
     // does, where each pass waited for the one before.
-    const auto work_row = [&](std::size_t r) -> std::size_t { return in_y ? r : r % scratch_rows; };
+    const auto work_row = [&](std::size_t r) -> std::size_t {
+      return float_out ? r : r % scratch_rows;
+    };
     float m = 0.0f;             // row r's max
     scores(0, work_row(0), m);  // x has a row: softmax returns first where it is empty
     for (std::size_t r = 0; r < rows; ++r) {
@@ -355,8 +357,9 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
       // Prefetched with the exponentials: the next row of x, and the next row of y that is
       // written (this one's product, or the next row's exponentials when y is float).
       const std::size_t next = std::min(r + 1, rows - 1);
-      const prefetch_both ahead{prefetch_row{x.row(next).data()},
-                                prefetch_write{Streamed ? nullptr : y.row(in_y ? next : r).data()}};
+      const prefetch_both ahead{
+          prefetch_row{x.row(next).data()},
+          prefetch_write{Streamed ? nullptr : y.row(float_out ? next : r).data()}};
       if constexpr (masked) {
         map_row<true, combine::sum>(d, in_order, work_out, column_out{&sum, 0}, softmax_exponential,
                                     ahead, at, cols, work_rows, constant(1.0f), constant(bias));
@@ -373,15 +376,8 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
                                    no_prefetch(), r, split.lines,
                                    from_column(exponentials, split.head), constant(factor));
       if constexpr (Streamed) {
-        const auto plain_products = [&](std::size_t c, std::size_t k) {
-          if (k == 0) return;
-          const lane_store<Y, D> to(d, columns_of(destination<Y>{y, cast}, c, k));
-          map_row<false, combine::sum>(d, in_order, to, column_out{nullptr, 0}, softmax_product,
-                                       no_prefetch(), r, k, from_column(exponentials, c),
-                                       constant(factor));
-        };
-        plain_products(0, split.head);
-        plain_products(split.head + split.lines, split.tail);
+        map_row_ends(d, destination<Y, Streamed>{y, cast}, split, softmax_product, r, exponentials,
+                     constant(factor));
       }
       m = next_m;
     }
