@@ -386,6 +386,9 @@ inline std::atomic<std::size_t>& stream_threshold_setting() {
 //   off a line (fp32 through scratch 1.06 (1.03), but the bench 0.83-0.86: not streamed);
 //   layernorm bf16 2048 x 4096 (16 MiB) 1.25 (1.16), but 1576 x 768 (2.4 MiB) 0.78-0.83 and
 //   1024 x 4096 (8 MiB) 0.82-1.13 (CONTRIBUTING.md, stop 56).
+// - The AMD EPYC again (stop 57): there the row passes streamed ran 0.73-0.91 times as fast as the
+//   block passes streamed at 4096 x 4096 (layernorm and rmsnorm, which so take the block passes
+//   there: norm_row_passes in kernels/rmsnorm.hpp), softmax bf16 1.18 times.
 inline std::size_t stream_threshold() {
   return detail::stream_threshold_setting().load();
 }

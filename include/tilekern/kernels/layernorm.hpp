@@ -38,9 +38,11 @@
 // over the block. A row whose mean is not kept from the one pass, or whose statistics need the
 // scale below, is left to the steps above, run over the runs of such rows. The bits are the same
 // either way (tests/kernels/blocks_test.cpp); set_row_passes(false) (simd/isa.hpp) turns the row
-// passes off. A streamed y (stream_threshold()) takes them too, with non-temporal stores over the
-// whole 64-byte lines of its rows (engine/lanes.hpp, reduce_then_map_rows): on a 2-core Intel Xeon
-// with AMX at 4096 x 4096, bf16 1.14-1.28 times as fast, fp32 1.20-1.26 (CONTRIBUTING.md, stop 56).
+// passes off. A streamed y (stream_threshold()) takes them too on Intel processors, with
+// non-temporal stores over the whole 64-byte lines of its rows (engine/lanes.hpp,
+// reduce_then_map_rows): on a 2-core Intel Xeon with AMX at 4096 x 4096, bf16 1.14-1.28 times as
+// fast, fp32 1.20-1.26 (CONTRIBUTING.md, stop 56). On AMD processors it takes the block passes,
+// which stream faster there (norm_row_passes in rmsnorm.hpp; stop 57).
 // The row passes against the block passes, measured on a 2-core Intel Xeon (Cascade Lake),
 // medians of 5 to 9 rounds alternating the two, x and y in L3 or beyond: 1576 x 768 fp32 1.13-1.24
 // times as fast, bf16 1.04 (its per-element encoding, not the reads, is what bounds it);
@@ -279,7 +281,8 @@ void layernorm_views(view<const X> x, view<const G> gamma, view<const B> beta, v
   const std::size_t block = std::min(rows, norm_block_rows<X>(cols));
   const bool streamed = streams(y);
   // The chunk-rows the row passes read each row of x as (norm_row_chunks); 0: no row passes.
-  const std::size_t q = row_passes() && cols >= layernorm_shift_count ? norm_row_chunks(x) : 0;
+  const std::size_t q =
+      norm_row_passes(streamed) && cols >= layernorm_shift_count ? norm_row_chunks(x) : 0;
   // every value written before it is read
   norm_scratch<float, 40> columns(std::max<std::size_t>(8, 3 * q + 4) * block + 1);
   norm_scratch<double, 8> sums(2 * block);

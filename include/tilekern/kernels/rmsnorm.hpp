@@ -29,7 +29,8 @@
 // next row's sum before this row's map, while its rstd completes). A row whose sum needs the
 // scale below is left to the steps above, run over the runs of such rows. The bits are the same
 // either way (tests/kernels/blocks_test.cpp); set_row_passes(false) (simd/isa.hpp) turns the
-// row passes off. A streamed y takes them too, with non-temporal stores over its rows' lines.
+// row passes off. A streamed y takes them too on Intel processors, with non-temporal stores over
+// its rows' lines, and the block passes on AMD's (norm_row_passes below).
 // The row passes measured as layernorm's (layernorm.hpp): 4096 x 4096 fp32 1.09-1.12 times as fast
 // as the block passes, bf16 1.01-1.09; 8192 x 2048 and 2048 x 8192 1.01-1.05 (before the
 // prefetches: the next row's adds 1.08-1.21 at 4096 x 4096 and 1.04-1.28 at 1576 x 768, y's
@@ -401,6 +402,14 @@ void norm_runs(view<const float> scale, Body&& body) {
       scale.rows(), [&](std::size_t r) { return scale(r, 0) != 1.0f; }, body);
 }
 
+// Whether layernorm and rmsnorm take the row passes (row_passes()) for a y that streams or not:
+// a streamed y takes them on Intel processors and the block passes on AMD's. At 4096 x 4096 on a
+// 2-core AMD EPYC (Zen 4), the row passes streamed ran 0.73-0.91 times as fast as the block
+// passes streamed, on an Intel Xeon with AMX 1.14-1.38 times (CONTRIBUTING.md, stops 56 and 57).
+inline bool norm_row_passes(bool streamed) {
+  return row_passes() && (!streamed || !detected_cpu_features().amd);
+}
+
 // body(the destination of the row passes over `rows`, whole rows of y from element `first` on):
 // with non-temporal stores where y is streamed (reduce_then_map_rows streams the rows that are
 // whole 64-byte lines and writes the others with plain stores), else plain.
@@ -488,7 +497,7 @@ void rmsnorm_views(view<const X> x, view<const G> gamma, view<Y> y, float eps,
   const std::size_t block = std::min(rows, norm_block_rows<X>(cols));
   const bool streamed = streams(y);
   // The chunk-rows the row passes read each row of x as (norm_row_chunks); 0: no row passes.
-  const std::size_t q = row_passes() ? norm_row_chunks(x) : 0;
+  const std::size_t q = norm_row_passes(streamed) ? norm_row_chunks(x) : 0;
   // every value written before it is read
   norm_scratch<float, 16> columns(std::max<std::size_t>(3, q + 1) * block + 1);
   norm_scratch<double, 4> sums(block);
