@@ -405,7 +405,9 @@ void norm_runs(view<const float> scale, Body&& body) {
 // Whether layernorm and rmsnorm take the row passes (row_passes()) for a y that streams or not:
 // a streamed y takes them on Intel processors and the block passes on AMD's. At 4096 x 4096 on a
 // 2-core AMD EPYC (Zen 4), the row passes streamed ran 0.73-0.91 times as fast as the block
-// passes streamed, on an Intel Xeon with AMX 1.14-1.38 times (CONTRIBUTING.md, stops 56 and 57).
+// passes streamed. On an Intel Xeon with AMX the block passes streamed ran 0.86-0.87 times as fast
+// as the row passes with plain stores, and the row passes streamed 1.14-1.38 times
+// (CONTRIBUTING.md, stops 55 to 57).
 inline bool norm_row_passes(bool streamed) {
   return row_passes() && (!streamed || !detected_cpu_features().amd);
 }
