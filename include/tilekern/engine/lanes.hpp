@@ -629,11 +629,27 @@ HWY_INLINE hn::Vec<D> identity_lanes(D d) {
   if constexpr (Op == combine::max) return hn::Set(d, -std::numeric_limits<float>::infinity());
   if constexpr (Op == combine::min) return hn::Set(d, std::numeric_limits<float>::infinity());
 }
+// v, computed before anything that uses it: a register the compiler cannot see into, so that a
+// product in v is rounded on its own and never fused with the addition that takes it. gcc fuses
+// a * b + c into one FMA (-ffp-contract=fast, its default) where its tuning says so, and with
+// AMD's (-march=znver4) it left FMA chains of 256-bit vectors unfused in some row loops and not
+// in others: layernorm's sums of squares on the AVX2 path then differed in their last bit between
+// the row passes and the block passes (CONTRIBUTING.md, stop 57). On x86's vector targets only
+// (Highway's emulated ones keep their lanes in arrays).
+template <class V>
+HWY_INLINE V unfused(V v) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  asm("" : "+v"(v.raw));
+#endif
+  return v;
+}
+
 // max and min propagate NaN through `nan`, which the caller folds in at the end (x86's max and
-// min return their second operand when either is NaN, so a NaN would otherwise be dropped).
+// min return their second operand when either is NaN, so a NaN would otherwise be dropped). A sum
+// adds b as computed (unfused), so that every row loop rounds the same way.
 template <combine Op, class D>
 HWY_INLINE hn::Vec<D> combine_lanes(hn::Vec<D> a, hn::Vec<D> b) {
-  if constexpr (Op == combine::sum) return a + b;
+  if constexpr (Op == combine::sum) return a + unfused(b);
   if constexpr (Op == combine::max) return hn::Max(a, b);
   if constexpr (Op == combine::min) return hn::Min(a, b);
 }
@@ -1207,7 +1223,7 @@ void reduce_cols(const std::array<float*, N>& accs, std::size_t rows, std::size_
     constexpr std::size_t lanes = hn::MaxLanes(D());
     const auto fold = [&](hn::Vec<D> a, hn::Vec<D> x) TILEKERN_INLINE_LAMBDA {
       if constexpr (Op == combine::sum) {
-        return a + x;
+        return a + unfused(x);
       } else {
         const auto nan = hn::Or(hn::IsNaN(a), hn::IsNaN(x));
         return hn::IfThenElse(nan, a + x, combine_lanes<Op, D>(a, x));
