@@ -225,7 +225,7 @@ void same_bits_streamed(const char* format) {
       REQUIRE(got.size() == want.size());
       for (std::size_t k = 0; k < want.size(); ++k) {
         INFO(std::string(format), ", ", s.rows, "x", s.cols, ", stride ", s.stride, ", pad ", s.pad,
-             ", row passes ", by_row ? "on" : "off", ": ", want[k].first);
+             ", row passes ", std::string(by_row ? "on" : "off"), ": ", want[k].first);
         CHECK(got[k].second == want[k].second);
       }
     }
