@@ -893,6 +893,53 @@ TEST_CASE("vector: row_sum sums element c into partial c % 64, at every position
   }
 }
 
+// A product term is added in one fused multiply-add (vector::product), on every path, by the row
+// sums (alone, in a pair, in the blocks and in the tail) and by the column sums. Row r holds
+// -1 * 1 at column r and a * a at column r + 64, the same partial, zeros elsewhere, a = 1 + 2^-12:
+// fused, -1 + a^2 = 2^-11 + 2^-24 exactly; a^2 rounded first (to 1 + 2^-11, its 2^-24 a tie to
+// even) and then added gives 2^-11.
+TEST_CASE("vector: a product term is one fused multiply-add, at every position and on every path") {
+  constexpr float a = 1.0f + 0x1p-12f, fused = 0x1p-11f + 0x1p-24f;
+  for (std::size_t cols : {65, 79, 96, 129, 200, 767, 769}) {
+    const std::size_t rows = cols - 64;
+    tensor<float> x(rows, cols, cols + 1), w(rows, cols), xt(cols, rows), wt(cols, rows);
+    x.fill(0.0f);
+    w.fill(0.0f);
+    for (std::size_t r = 0; r < rows; ++r) {
+      x(r, r) = -1.0f;
+      w(r, r) = 1.0f;
+      x(r, r + 64) = w(r, r + 64) = a;
+    }
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t c = 0; c < cols; ++c) {
+        xt(c, r) = x(r, c);
+        wt(c, r) = w(r, c);
+      }
+    }
+    const auto term = [](auto, auto v, auto u) { return vector::product(v, u); };
+    for_each_isa([&](isa level) {
+      std::vector<float> sums(rows), firsts(rows), seconds(rows);
+      tensor<float> acc(1, rows);
+      acc.fill(0.0f);
+      vector::row_sum_of(sums, term, x.cv(), w.cv());
+      vector::row_sums_of(
+          firsts, seconds, [](auto, auto v, auto u) { return std::pair(v, vector::product(v, u)); },
+          x.cv(), w.cv());
+      vector::col_sum_of(acc.v(), term, xt.cv(), wt.cv());
+      mismatches failures;
+      for (std::size_t r = 0; r < rows; ++r) {
+        if (sums[r] != fused || seconds[r] != fused || acc(0, r) != fused) {
+          failures.add("row ", r, ": row_sum_of ", sums[r], ", row_sums_of ", seconds[r],
+                       ", col_sum_of ", acc(0, r));
+        }
+        if (firsts[r] != a - 1.0f) failures.add("row ", r, ": the pair's first sum ", firsts[r]);
+      }
+      INFO(cols, " columns, ", std::string(name(level)));
+      CHECK_MESSAGE(failures.count() == 0, failures.count(), " rows not fused\n", failures.text());
+    });
+  }
+}
+
 // row_max and row_min of a 16-bit format compare codes as integers (engine/vector.hpp,
 // reduce_codes). Every code of the format stands in a row of one background value, at column
 // k % cols in row k (so at every position: the vector paths' pairs of blocks, single block and

@@ -448,6 +448,11 @@ void col_mean(Out&& out, const X& x) {
 //   col_sums_of(first, second, f, sources...)
 //                                     two of those of one pass: f returns std::pair{a, b}, the
 //                                     sums of a added into first, of b into second
+// A sum's term may be product(a, b) (f returns one, alone or in the pair): the sum adds a * b in
+// one fused multiply-add, rounded once, in every row loop and under every compiler tuning; a term
+// a * b is rounded on its own and then added. layernorm and rmsnorm sum their squares so.
+using detail::product;
+
 template <class Sums, class F, class First, class... Sources>
 void row_sum_of(Sums&& sums, F&& f, const First& first, const Sources&... sources) {
   constexpr const char* function = "tilekern::vector::row_sum_of";

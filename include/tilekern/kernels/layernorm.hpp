@@ -154,7 +154,7 @@ void layernorm_first_means(view<const X> xb, view<float> first) {
 // The two sums of the one pass (step 2): d = x - c and d^2.
 inline constexpr auto layernorm_deviations = [](auto, auto v, auto c) {
   const auto deviation = v - c;
-  return std::pair(deviation, deviation * deviation);
+  return std::pair(deviation, product(deviation, deviation));
 };
 
 // A row's one pass from c and its sums s1, s2 of d and d^2 (step 2 at the top): m2, and the mean
@@ -209,7 +209,7 @@ void layernorm_statistics(view<const X> xb, float eps, const layernorm_columns& 
           m2 + r0, partial,
           [](auto, auto v, auto s, auto mean, auto lo) {
             const auto deviation = hn::MulSub(v, s, mean) - lo;
-            return deviation * deviation;
+            return product(deviation, deviation);
           },
           x, scale, shift, low);
     } else {
@@ -217,7 +217,7 @@ void layernorm_statistics(view<const X> xb, float eps, const layernorm_columns& 
           m2 + r0, partial,
           [](auto, auto v, auto mean, auto lo) {
             const auto deviation = (v - mean) - lo;
-            return deviation * deviation;
+            return product(deviation, deviation);
           },
           x, shift, low);
     }
@@ -396,7 +396,7 @@ void layernorm_backward_views(view<const DY> dy, view<const X> x, view<const G> 
     vector::col_sums_of(
         dgamma_acc, dbeta_acc,
         [](auto, auto d, auto v, auto s, auto mean, auto lo, auto r) {
-          return std::pair(d * ((hn::MulSub(v, s, mean) - lo) * r), d);
+          return std::pair(product(d, (hn::MulSub(v, s, mean) - lo) * r), d);
         },
         dyb, xb, scale, shift, low, rstd);
     // Row sums of g and of g * (x * scale - shift), so that sum_c g * xhat = rstd' * (the
@@ -408,7 +408,7 @@ void layernorm_backward_views(view<const DY> dy, view<const X> x, view<const G> 
         sum_g, sum_g_deviation, stats.partial, stats.partial2,
         [](auto, auto d, auto g, auto v, auto s, auto mean) {
           const auto dg = d * g;
-          return std::pair(dg, dg * hn::MulSub(v, s, mean));
+          return std::pair(dg, product(dg, hn::MulSub(v, s, mean)));
         },
         dyb, gamma, xb, scale, shift);
     for (std::size_t r = 0; r < n; ++r) {

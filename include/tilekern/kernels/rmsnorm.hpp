@@ -46,8 +46,9 @@
 //
 // Error bound (forward, fp32 result before it is encoded, against reference::rmsnorm on the same
 // decoded inputs): relative error at most ((k + 6) / 2 + 4) u, u = 2^-24, with
-// k = ceil(min(cols, 1024) / 64) terms per partial sum: the sum of squares (all terms positive)
-// errs by at most (k + 6) u relative plus u for unfused squares, halved by the square root; the
+// k = ceil(min(cols, 1024) / 64) terms per partial sum: the sum of squares (all terms positive,
+// each square fused into its partial: vector::product) errs by at most (k + 6) u relative (plus u
+// had the squares been rounded on their own, which the bound keeps), halved by the square root; the
 // fp64 mean, sqrt and reciprocal round once to fp32 (u/2), then x * rstd * gamma (two
 // roundings). That is 15u for rows of 1024 or more, on every path: a worst case that needs every
 // rounding error to go the same way (the first version's Kahan sums were within 8u). Measured on
@@ -463,13 +464,13 @@ void rms_statistics(view<const X> xb, float eps, const rms_columns& out, double*
         result, partial,
         [](auto, auto v, auto s) {
           const auto scaled = v * s;
-          return scaled * scaled;
+          return product(scaled, scaled);
         },
         x, norm_per_row(scale));
   };
   std::fill_n(out.scale.data(), rows, 1.0f);
   norm_row_sums(
-      sums, out.partial, [](auto, auto v) { return v * v; }, xb);
+      sums, out.partial, [](auto, auto v) { return product(v, v); }, xb);
   for (std::size_t r = 0; r < rows; ++r) {
     if (norm_needs_rescale(sums[r])) {
       const float scale = norm_rescale(norm_row_max_abs(xb.block(r, 0, 1, cols), scratch));
@@ -545,7 +546,7 @@ void rmsnorm_views(view<const X> x, view<const G> gamma, view<Y> y, float eps,
     float* unused = nullptr;  // a view of x needs no scratch (norm_chunk_rows)
     norm_row_destination(y.block(r0, 0, n, cols), cast, r0 * cols, streamed, [&](const auto& to) {
       vector::sums_then_map(
-          to, partial, [](auto, auto v) { return v * v; },
+          to, partial, [](auto, auto v) { return product(v, v); },
           std::tuple(norm_chunk_rows(xb, q, unused)), factors,
           [](auto, auto v, auto r, auto g) { return v * r * g; },
           std::forward_as_tuple(xb, norm_per_row(rstd), gamma));
@@ -584,13 +585,14 @@ void rmsnorm_backward_views(view<const DY> dy, view<const X> x, view<const G> ga
     // dgamma += sum over the block's rows of dy * xhat (before dx is written).
     vector::col_sum_of(
         view<float>(dgamma_acc.data(), 1, cols),
-        [](auto, auto d, auto v, auto s, auto r) { return d * (v * s * r); }, dyb, xb, scale, rstd);
+        [](auto, auto d, auto v, auto s, auto r) { return product(d, v * s * r); }, dyb, xb, scale,
+        rstd);
     // sums[r] = sum_c g * xhat; dx = a * g - (x * scale) * c with a = the true rstd and
     // c = rstd' * a * mean_c(g * xhat).
     norm_row_sums(
         sums.data(), stats.partial,
-        [](auto, auto d, auto v, auto g, auto s, auto r) { return d * g * (v * s * r); }, dyb, xb,
-        gamma, scale, rstd);
+        [](auto, auto d, auto v, auto g, auto s, auto r) { return product(d * g, v * s * r); }, dyb,
+        xb, gamma, scale, rstd);
     for (std::size_t r = 0; r < n; ++r) {
       const double true_rstd = static_cast<double>(stats.scale(r, 0)) * stats.rstd(r, 0);
       a(r, 0) = static_cast<float>(true_rstd);
