@@ -163,11 +163,11 @@ void same_bits_for_every_block_size(const char* format) {
 
 // layernorm and rmsnorm run a row's passes one after the other where they can (row_passes():
 // rows of up to norm_chunk columns, or of 2 to norm_row_pass_chunks whole chunks stored one after
-// another; for layernorm at least 64; not streamed) and leave the other rows to the passes over
-// blocks of rows: the same bits as those passes on every row (set_row_passes(false)), with the
-// rows of second tries above among them. Rows of 2048 to 8192 columns are summed a chunk at a
-// time; 1025 and 9216 columns take only the block passes.
-// softmax takes every row so, unless its output is streamed.
+// another; for layernorm at least 64; a streamed y on Intel processors only: norm_row_passes) and
+// leave the other rows to the passes over blocks of rows: the same bits as those passes on every
+// row (set_row_passes(false)), with the rows of second tries above among them. Rows of 2048 to
+// 8192 columns are summed a chunk at a time; 1025 and 9216 columns take only the block passes.
+// softmax takes every row so, its output streamed or not.
 template <class T>
 void same_bits_row_by_row(const char* format) {
   for (const std::size_t cols :

@@ -656,10 +656,9 @@ HWY_INLINE V unfused(V v) {
 // layernorm and rmsnorm 1576 x 768 1.02-1.04 times as fast (CONTRIBUTING.md, stop 58).
 template <class V>
 struct product {
+  product(V a, V b) : a(a), b(b) {}  // not an aggregate: clang 14 takes none in parentheses
   V a, b;
 };
-template <class V>
-product(V, V) -> product<V>;  // clang 14 deduces no aggregate's arguments
 template <class T>
 inline constexpr bool is_product = false;
 template <class V>
