@@ -656,7 +656,7 @@ HWY_INLINE V unfused(V v) {
 // layernorm and rmsnorm 1576 x 768 1.02-1.04 times as fast (CONTRIBUTING.md, stop 58).
 template <class V>
 struct product {
-  product(V a, V b) : a(a), b(b) {}  // not an aggregate: clang 14 takes none in parentheses
+  product(V a, V b) : a(a), b(b) {}  // clang 14 takes no aggregate's initialisers in parentheses
   V a, b;
 };
 template <class T>

@@ -449,8 +449,9 @@ void col_mean(Out&& out, const X& x) {
 //                                     two of those of one pass: f returns std::pair{a, b}, the
 //                                     sums of a added into first, of b into second
 // A sum's term may be product(a, b) (f returns one, alone or in the pair): the sum adds a * b in
-// one fused multiply-add, rounded once, in every row loop and under every compiler tuning; a term
-// a * b is rounded on its own and then added. layernorm and rmsnorm sum their squares so.
+// one fused multiply-add, rounded once, in every row loop and under every compiler tuning, where a
+// plain a * b is fused into the sum in some loops and not in others (engine/lanes.hpp, product).
+// layernorm and rmsnorm sum their squares so.
 using detail::product;
 
 template <class Sums, class F, class First, class... Sources>
