@@ -653,7 +653,8 @@ HWY_INLINE V unfused(V v) {
 // A plain a * b is a vector like any other: below 512 bits it is rounded and then added
 // (unfused, above); in 512 bits gcc 12 fuses it into the sum in the blocks but not in the tail,
 // where the tail's blend comes between them. On the AVX2 path (Zen 4) the squares fused made
-// layernorm and rmsnorm 1576 x 768 1.02-1.04 times as fast (CONTRIBUTING.md, stop 58).
+// layernorm and rmsnorm 1576 x 768 0.99-1.04 times as fast (medians; layernorm bf16 1.03-1.04,
+// fp32 0.99-1.03: CONTRIBUTING.md, stop 58).
 template <class V>
 struct product {
   product(V a, V b) : a(a), b(b) {}  // clang 14 takes no aggregate's initialisers in parentheses
