@@ -192,8 +192,9 @@ TEST_CASE("vector: bf16 from bf16 and float sources (interleaved blocks), every 
   // With a bf16 destination and bf16 sources, float rows and float columns, the vector paths
   // convert two blocks at a time, interleaved (engine/lanes.hpp), a float row read from a copy in
   // that order; a float source of the destination's shape keeps the blocks in order (two encoded
-  // together on 8 lanes: vector_encoder::in_order). Every element against the definition, with its
-  // index. At 8 and 16 lanes, 57 columns end in a pair of blocks, one block in order and a tail.
+  // together on 8 lanes, and on 16 with AVX512-BF16: vector_encoder::in_order). Every element
+  // against the definition, with its index. At 8 and 16 lanes, 57 columns end in a pair of blocks,
+  // one block in order and a tail.
   std::uint64_t seed = 2000;
   for (binop op : all_binops) {
     for (shape s : {shape{3, 15}, shape{7, 33}, shape{2, 57}, shape{2, 100}, shape{1, 1001}}) {

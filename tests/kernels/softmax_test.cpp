@@ -7,13 +7,15 @@
 //       element's exponent s - m from the reference, k = ceil(cols / 64) + 6, the engine's 64
 //       partial sums); the largest error in ulp beyond |a| is reported, and must be within 8 ulp
 //       on every path for rows up to 4097;
-//     format y, nearest even: between F::from(reference - bound) and F::from(reference + bound)
+//     format y, nearest even (with softmax_exp_narrow's error added to the bound for narrow
+//       formats): between F::from(reference - bound) and F::from(reference + bound)
 //       (F::from is monotonic), and within 1 code of F::from(reference), the issue's bar;
 //     format y, stochastic: a value of F between the largest one <= (reference - bound) and the
 //       smallest one >= (reference + bound): one of the two neighbours of the fp32 result; the
 //       same seed gives the same bytes, another seed different ones.
 // - softmax_exp, the exponential inside: within 2 ulp of e^a 2^64 for every 61st fp32 in
-//   [-120, 0], and the same bits on the active path as on 1 lane.
+//   [-120, 0], and the same bits on the active path as on 1 lane; softmax_exp_narrow, the one for
+//   narrow outputs (bf16, fp16, tf32, fp8), within its documented relative error there.
 // - mixed formats (bf16 in, float out; float in, bf16 out; fp16 mask).
 // - special cases: fully masked rows give zeros (bool, additive, and -inf inputs); NaN in a row
 //   gives NaN in that row only; +inf makes its row NaN; huge (1e30) and tiny (1e-30) inputs;
@@ -189,7 +191,10 @@ void check_forward(const std::vector<double>& y, const std::vector<double>& ref,
       continue;
     }
     const double a = std::isfinite(exponent[i]) ? std::abs(exponent[i]) : 0.0;
-    const double bound = (4 + a + k) * u * ref[i];
+    // A narrow y's exponential (softmax_exp_narrow) has its own error, beyond 2 ulp.
+    const double narrow =
+        detail::softmax_narrow_output<Y> ? detail::softmax_narrow_exp_error + a * 0x1p-26 : 0.0;
+    const double bound = ((4 + a + k) * u + narrow) * ref[i];
     if constexpr (std::is_same_v<Y, float>) {
       const double error = std::abs(y[i] - ref[i]);
       CHECK(error <= bound);
@@ -343,17 +348,22 @@ TEST_CASE("softmax forward, mixed formats and scales") {
   }
 }
 
-// softmax_exp over n inputs (a multiple of 16) on `lanes` lanes.
-template <std::size_t Lanes>
+// softmax_exp, or softmax_exp_narrow, over n inputs (a multiple of 16) on `lanes` lanes.
+template <std::size_t Lanes, bool Narrow>
 void softmax_exps(const float* in, float* out, std::size_t n) {
   namespace hn = hwy::HWY_NAMESPACE;
   const hn::Simd<float, Lanes, 0> d;
   for (std::size_t i = 0; i < n; i += Lanes) {
-    hn::StoreU(detail::softmax_exp(d, hn::LoadU(d, in + i)), d, out + i);
+    const auto a = hn::LoadU(d, in + i);
+    hn::StoreU(Narrow ? detail::softmax_exp_narrow(d, a) : detail::softmax_exp(d, a), d, out + i);
   }
 }
 
-TEST_CASE("softmax's exponential: within 2 ulp of e^a 2^64 on [-120, 0], the same bits on 1 lane") {
+// Both exponentials on every 61st fp32 in [-120, 0] and a few special arguments, on the active
+// path and on 1 lane: the same bits; softmax_exp within 2 ulp of e^a 2^64, softmax_exp_narrow
+// within softmax_narrow_exp_error + |a| 2^-26 of it, relative.
+template <bool Narrow>
+void check_exponential() {
   std::vector<float> a;
   for (auto bits = std::bit_cast<std::uint32_t>(-0.0f);
        bits <= std::bit_cast<std::uint32_t>(-120.0f); bits += 61) {
@@ -364,33 +374,48 @@ TEST_CASE("softmax's exponential: within 2 ulp of e^a 2^64 on [-120, 0], the sam
   }
   a.resize((a.size() + 15) / 16 * 16, 0.0f);
   std::vector<float> got(a.size()), one_lane(a.size());
-  softmax_exps<1>(a.data(), one_lane.data(), a.size());
+  softmax_exps<1, Narrow>(a.data(), one_lane.data(), a.size());
   const isa path = active_isa();
   CAPTURE(name(path));
 #if HWY_TARGET <= HWY_AVX3
-  if (path >= isa::avx512) softmax_exps<16>(a.data(), got.data(), a.size());
+  if (path >= isa::avx512) softmax_exps<16, Narrow>(a.data(), got.data(), a.size());
 #endif
 #if HWY_TARGET <= HWY_AVX2
-  if (path == isa::avx2) softmax_exps<8>(a.data(), got.data(), a.size());
+  if (path == isa::avx2) softmax_exps<8, Narrow>(a.data(), got.data(), a.size());
 #endif
   if (path == isa::scalar) got = one_lane;
-  double worst = 0;
+  double worst = 0;  // ulp (softmax_exp), or relative beyond |a| 2^-26 (softmax_exp_narrow)
   float worst_a = 0;
   std::size_t mismatches = 0;
   for (std::size_t i = 0; i < a.size(); ++i) {
     const double exact = std::ldexp(std::exp(static_cast<double>(a[i])), 64);
-    const double ulp = std::ldexp(1.0, std::ilogb(exact) - 23);
-    const double error = std::fabs(static_cast<double>(got[i]) - exact) / ulp;
+    const double difference = std::fabs(static_cast<double>(got[i]) - exact);
+    const double error = Narrow ? difference / exact - std::fabs(a[i]) * 0x1p-26
+                                : difference / std::ldexp(1.0, std::ilogb(exact) - 23);
     if (!(error <= worst)) {
       worst = error;
       worst_a = a[i];
     }
     mismatches += std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(one_lane[i]);
   }
-  MESSAGE("softmax_exp on " << name(path) << ": at most " << worst << " ulp (at a = " << worst_a
-                            << ") over " << a.size() << " arguments");
-  CHECK(worst <= 2.0);
+  const std::string function = Narrow ? "softmax_exp_narrow" : "softmax_exp";
+  const std::string unit = Narrow ? "relative beyond |a| 2^-26" : "ulp";
+  MESSAGE(function << " on " << name(path) << ": at most " << worst << " " << unit
+                   << " (at a = " << worst_a << ") over " << a.size() << " arguments");
+  CHECK(worst <= (Narrow ? detail::softmax_narrow_exp_error : 2.0));
   CHECK(mismatches == 0);
+}
+
+TEST_CASE("softmax's exponential: within 2 ulp of e^a 2^64 on [-120, 0], the same bits on 1 lane") {
+  check_exponential<false>();
+}
+
+TEST_CASE("softmax's exponential for narrow outputs: within its bound, the same bits on 1 lane") {
+  static_assert(detail::softmax_narrow_output<bf16> && detail::softmax_narrow_output<fp16> &&
+                detail::softmax_narrow_output<tf32> && detail::softmax_narrow_output<fp8_e4m3> &&
+                !detail::softmax_narrow_output<float> &&
+                !detail::softmax_narrow_output<minifloat<8, 11, 127>>);
+  check_exponential<true>();
 }
 
 TEST_CASE("softmax special cases") {
@@ -477,7 +502,8 @@ TEST_CASE("softmax special cases") {
     tensor<bf16> z(rows, cols, cols);
     for (std::size_t i = 0; i < rows * cols; ++i) z.buffer[i] = bf16::from(x.buffer[i]);
     tensor<bf16> expected(rows, cols, cols);
-    softmax(z.cv(), expected.v(), {.scale = 0.7f});
+    const softmax_options options{.scale = 0.7f};  // a variable: not taken for a mask
+    softmax(z.cv(), expected.v(), options);
     softmax(z.cv(), z.v(), {.scale = 0.7f});
     for (std::size_t i = 0; i < rows * cols; ++i)
       CHECK(z.buffer[i].bits() == expected.buffer[i].bits());

@@ -432,7 +432,7 @@ TEST_CASE("convert: results do not depend on the caller's MXCSR") {
 // j of the second), as elementwise loops over bf16 hold them: widen_bf16_interleaved gives every
 // code's fp32 bits, and vector_encoder::interleaved gives the definition's codes, element i
 // drawing its random word at first_index + i, in every mode, at index bases across 2^32 and 2^64;
-// so does vector_encoder::in_order (two blocks in order, on 8 lanes).
+// so does vector_encoder::in_order (two blocks in order, on 8 lanes and with AVX512-BF16 on 16).
 template <class D>
 void check_interleaved_bf16(D d, std::span<const float> all_inputs) {
   namespace hn = detail::hn;
@@ -488,7 +488,8 @@ void check_interleaved_bf16(D d, std::span<const float> all_inputs) {
           }
           encode.interleaved(hn::Load(d, even), hn::Load(d, odd), out, i);
         });
-        if constexpr (lanes == 8) {  // two blocks in order (lane_store::store_in_order)
+        // two blocks in order (lane_store::store_in_order)
+        if constexpr (lanes == 8 || detail::uses_bf16_instruction<bf16, D>()) {
           check("in order", [&](const auto& encode, const float* in, auto* out, std::uint64_t i) {
             encode.in_order(hn::LoadU(d, in), hn::LoadU(d, in + lanes), out, i);
           });

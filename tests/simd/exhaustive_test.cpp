@@ -217,21 +217,23 @@ void check_interleaved(D d, chunk<bf16>& work) {
   }
 }
 
-// vector_encoder::in_order (two blocks of 8 bf16 elements in order, lane_store::store_in_order) in
-// every mode.
-void check_in_order(chunk<bf16>& work) {
+// vector_encoder::in_order (two blocks of bf16 elements in order, lane_store::store_in_order) in
+// every mode, on lanes of D.
+template <class D>
+void check_in_order(D d, chunk<bf16>& work) {
   namespace hn = detail::hn;
-  const auto d = detail::avx2_lanes();
+  constexpr std::size_t lanes = hn::MaxLanes(D());
+  const std::string label = "in-order encoder, " + std::to_string(lanes) + " lanes";
   for (std::size_t c = 0; c < 4; ++c) {
     const cast_options options{modes[c].round, modes[c].on_overflow};
     detail::visit_rounding(options.round, [&](auto mode) {
-      const detail::vector_encoder<bf16, decltype(d), decltype(mode)::value> encode(d, options);
-      for (std::size_t i = 0; i < chunk_size; i += 16) {
-        encode.in_order(hn::LoadU(d, &work.input[i]), hn::LoadU(d, &work.input[i + 8]),
+      const detail::vector_encoder<bf16, D, decltype(mode)::value> encode(d, options);
+      for (std::size_t i = 0; i < chunk_size; i += 2 * lanes) {
+        encode.in_order(hn::LoadU(d, &work.input[i]), hn::LoadU(d, &work.input[i + lanes]),
                         &work.hardware[i], i);
       }
     });
-    compare<bf16>(work, work.hardware, c, "in-order encoder, 8 lanes", work.failures);
+    compare<bf16>(work, work.hardware, c, label.c_str(), work.failures);
   }
 }
 #endif
@@ -290,9 +292,12 @@ mismatches sweep() {
 #if defined(TILEKERN_CONVERT_AVX2)
         if constexpr (std::is_same_v<F, bf16>) {
           check_interleaved(detail::avx2_lanes(), work);
-          check_in_order(work);
+          check_in_order(detail::avx2_lanes(), work);
 #if defined(TILEKERN_CONVERT_AVX512)
           check_interleaved(detail::avx512_lanes(), work);
+          if constexpr (detail::uses_bf16_instruction<bf16, decltype(detail::avx512_lanes())>()) {
+            check_in_order(detail::avx512_lanes(), work);
+          }
 #endif
         }
 #endif

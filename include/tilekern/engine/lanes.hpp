@@ -461,10 +461,11 @@ inline operand<affine> from_column(operand<affine> op, std::size_t c) {
 }
 
 // Whether the row loop encodes blocks of T two at a time, in order (lane_store::store_in_order):
-// bf16 on AVX2's 8 lanes, where the encoding's shuffles and NaN test cost less per two blocks (see
-// vector_encoder::in_order).
+// bf16 on AVX2's 8 lanes, where the encoding's shuffles and NaN test cost less per two blocks, and
+// on 16 lanes with AVX512-BF16, one vcvtne2ps2bf16 per two blocks (see vector_encoder::in_order).
 template <class T, class D>
-constexpr bool two_blocks_in_order = std::is_same_v<T, bf16> && (hn::MaxLanes(D()) == 8);
+constexpr bool two_blocks_in_order = std::is_same_v<T, bf16> &&
+                                     (hn::MaxLanes(D()) == 8 || uses_bf16_instruction<bf16, D>());
 
 // The output side of the row loop: blocks of fp32 lanes encoded into row r of `to`. The rounding
 // mode is chosen per block, at run time (a branch that always goes the same way): each row loop
@@ -500,7 +501,8 @@ class lane_store {
     }
 #endif
   }
-  // Two blocks from c on, in order, encoded together (bf16 on 8 lanes: vector_encoder::in_order).
+  // Two blocks from c on, in order, encoded together (two_blocks_in_order:
+  // vector_encoder::in_order).
   HWY_INLINE void store_in_order([[maybe_unused]] hn::Vec<D> first,
                                  [[maybe_unused]] hn::Vec<D> second, [[maybe_unused]] std::size_t r,
                                  [[maybe_unused]] std::size_t c) const {
@@ -998,7 +1000,7 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
           c);
     }
   }
-  // Rounds of `chains` blocks, block j of a round summed into chain j; bf16 on 8 lanes
+  // Rounds of `chains` blocks, block j of a round summed into chain j; bf16 (two_blocks_in_order)
   // encodes them two at a time, in order. Without either, the loop below takes every block.
   constexpr bool pairs = two_blocks_in_order<Out, D> && !Interleave::value;
   if constexpr ((Reduce && !Interleave::value) || pairs) {

@@ -18,7 +18,8 @@
 //   m = row max of the scores                    vector::row_max_of (for bf16 and fp16 x and
 //                                                 scale > 0, scale times row_max of x, which
 //                                                 compares codes); row_max of a scores block
-//   e = exp(scale * x - m) 2^64, sums = row sums of e   softmax_exp (below) in one engine pass
+//   e = exp(scale * x - m) 2^64, sums = row sums of e   softmax_exp (below; softmax_exp_narrow
+//                                                 for a y of a narrow format) in one engine pass
 //                                                 with its row sums, into y when y is float,
 //                                                 else an fp32 scratch block
 //   y = e * (1 / sum)                             vector::mul into rounded(y block); with
@@ -59,10 +60,12 @@
 // sigma 2, scale 0.7, rows of 1 to 4097, every mask), the error beyond the |a| term: at most 3.8
 // fp32 ulp, on every path; the test checks the bound above and 8 ulp. The argument term |a| u is
 // the price of fp32 scores: an element 20 below its row's max (y about 2e-9 of the largest) may be
-// 20 ulp off; the large elements, which carry the row's mass, are within the few ulp above. For
-// bf16 and fp16 outputs these errors are far below half a code: each code is the correctly rounded
-// fp64 result or, where that result lies within the fp32 error of a rounding boundary, its
-// neighbour (1 ulp).
+// 20 ulp off; the large elements, which carry the row's mass, are within the few ulp above.
+// A y of a narrow format (at most 10 mantissa bits: bf16, fp16, tf32, fp8) takes a cheaper
+// exponential, softmax_exp_narrow, whose relative error 3e-6 + |a| 2^-26 replaces the 2 ulp of exp
+// above (the test checks that bound with it), still far below half of the 2^-11 or more between
+// such codes: each code is the correctly rounded fp64 result or, where that result lies within the
+// fp32 error of a rounding boundary, its neighbour (1 ulp).
 //
 // Special values (as reference/softmax.hpp defines them):
 //   - a row whose scores are all -inf (fully masked by either mask, or -inf inputs with scale > 0)
@@ -159,8 +162,11 @@ HWY_INLINE hn::Vec<D> softmax_exp_lookup(D d, hn::Vec<hn::RebindToSigned<D>> j) 
 // e^r = 1 + r + c2 r^2 + c3 r^3 (c2, c3 a minimax fit of the relative error: 0.43 u),
 // 2^(j/8) 2^64 from an 8-entry table, and 2^k added to the exponent field: 8k + j shifted left by
 // 20 is k in the field and j in bits 20..22, which the mask clears (the magic's bits shift out);
-// on AVX-512, vscalefps by m / 8 (its floor is k), the same bits, results being normal (bf16
-// 1576 x 768 softmax 467-469 us in two runs, 479-487 in five of the build before it).
+// on AVX-512, vscalefps by (8k + j) / 8 (its floor is k), the same bits, results being normal
+// (bf16 1576 x 768 softmax 467-469 us in two runs, 479-487 in five of the build before it).
+// (8k + j) / 8 comes from the magic in one FMA, exactly, and r from it by ln2 in two parts (8
+// times those of ln2/8: the same products, the same bits), one multiplication fewer than taking
+// 8k + j and then dividing it by 8 for vscalefps (fp32 1576 x 768 softmax 1.05 times as fast).
 // Error: within 2 ulp of e^a 2^64 on [-120, 0] (tests/kernels/softmax_test.cpp measures it on
 // every path: at most 1.93 ulp).
 template <class D>
@@ -169,9 +175,9 @@ HWY_INLINE hn::Vec<D> softmax_exp(D d, hn::Vec<D> a) {
   const auto x = hn::Max(a, hn::Set(d, -120.0f));
   const auto magic = hn::Set(d, 0x1.8p23f);
   const auto shifted = hn::MulAdd(x, hn::Set(d, 0x1.715476p+3f), magic);  // magic + round(8x/ln2)
-  const auto m = hn::Sub(shifted, magic);
-  const auto r =
-      hn::NegMulAdd(m, hn::Set(d, 0x1.0bfbe8p-18f), hn::NegMulAdd(m, hn::Set(d, 0x1.62ep-4f), x));
+  const auto eighths = hn::MulAdd(shifted, hn::Set(d, 0.125f), hn::Set(d, -0x1.8p20f));  // m / 8
+  const auto r = hn::NegMulAdd(eighths, hn::Set(d, 0x1.0bfbe8p-15f),
+                               hn::NegMulAdd(eighths, hn::Set(d, 0x1.62ep-1f), x));
   const auto one = hn::Set(d, 1.0f);
   const auto c3_r_c2 = hn::MulAdd(hn::Set(d, 0x1.555658p-3f), r, hn::Set(d, 0x1.000878p-1f));
   const auto e_r = hn::MulAdd(hn::MulAdd(c3_r_c2, r, one), r, one);
@@ -181,14 +187,52 @@ HWY_INLINE hn::Vec<D> softmax_exp(D d, hn::Vec<D> a) {
   if constexpr (hn::MaxLanes(D()) == 16) {
     // 2^k by vscalefps (scaled 2^floor(m / 8)): one instruction for the three of the field add.
     // Zero-masking with every lane selected, as in softmax_exp_lookup (gcc bug 105593).
-    return hn::Vec<D>{
-        _mm512_maskz_scalef_ps(0xffff, scaled.raw, hn::Mul(m, hn::Set(d, 0.125f)).raw)};
+    return hn::Vec<D>{_mm512_maskz_scalef_ps(0xffff, scaled.raw, eighths.raw)};
   }
 #endif
   const auto k =
       hn::And(hn::ShiftLeft<20>(bits), hn::Set(di, static_cast<std::int32_t>(0xff800000u)));
   return hn::BitCast(d, hn::Add(hn::BitCast(di, scaled), k));
 }
+
+// e^a 2^64 as softmax_exp gives it, for a y of a narrow format (at most 10 mantissa bits: bf16,
+// fp16, tf32, fp8), whose codes are 2^-11 or more apart relative: a cheaper exponential whose
+// error is far below that. a log2(e) = n + f: n = round(a log2(e)) by the magic in one FMA, f in
+// another (|f| <= 1/2); 2^f 2^64 a polynomial of degree 4 (a minimax fit of the relative error,
+// 2.6e-6; its coefficients times 2^64); and 2^n added to the exponent field (on AVX-512,
+// vscalefps). log2(e) rounded to fp32 adds at most |a| 2^-26 relative. 9 vector operations for
+// 16 lanes where softmax_exp takes 11: bf16 1576 x 768 softmax 1.13-1.15 times as fast
+// (CONTRIBUTING.md, stop 59).
+// Error: relative, at most softmax_narrow_exp_error + |a| 2^-26 on [-120, 0]
+// (tests/kernels/softmax_test.cpp measures it on every path: 2.7e-6 beyond the |a| term).
+inline constexpr double softmax_narrow_exp_error = 3e-6;
+template <class D>
+HWY_INLINE hn::Vec<D> softmax_exp_narrow(D d, hn::Vec<D> a) {
+  const hn::RebindToSigned<D> di;
+  const auto x = hn::Max(a, hn::Set(d, -120.0f));
+  const auto magic = hn::Set(d, 0x1.8p23f);
+  const auto log2e = hn::Set(d, 0x1.715476p+0f);
+  const auto shifted = hn::MulAdd(x, log2e, magic);  // magic + n
+  const auto n = hn::Sub(shifted, magic);
+  const auto f = hn::MulSub(x, log2e, n);
+  const auto c = [&](float coefficient) { return hn::Set(d, coefficient * 0x1p64f); };
+  auto p = hn::MulAdd(c(0x1.3997d6p-7f), f, c(0x1.ca144p-5f));  // Horner's rule
+  p = hn::MulAdd(p, f, c(0x1.ec06dap-3f));
+  p = hn::MulAdd(p, f, c(0x1.62e0dcp-1f));
+  p = hn::MulAdd(p, f, c(0x1.ffffe8p-1f));
+#if defined(__AVX512F__)
+  if constexpr (hn::MaxLanes(D()) == 16) {
+    return hn::Vec<D>{_mm512_maskz_scalef_ps(0xffff, p.raw, n.raw)};  // as in softmax_exp
+  }
+#endif
+  return hn::BitCast(d, hn::Add(hn::BitCast(di, p), hn::ShiftLeft<23>(hn::BitCast(di, shifted))));
+}
+
+// Whether softmax's y of format Y takes softmax_exp_narrow.
+template <class Y>
+constexpr bool softmax_narrow_output = false;
+template <minifloat_format Y>
+constexpr bool softmax_narrow_output<Y> = Y::mantissa_bits <= 10;
 
 // Rows per block: about row_block_bytes() (simd/isa.hpp: half of L2) of x and fp32 scratch.
 template <class X>
@@ -227,8 +271,12 @@ inline constexpr auto softmax_kept_scores = [](auto d, auto v, auto keep, auto s
 inline constexpr auto softmax_added_scores = [](auto, auto v, auto add, auto s) {
   return hn::MulAdd(v, s, add);
 };
+template <class Y>
 inline constexpr auto softmax_exponential = [](auto d, auto v, auto s, auto bias) {
-  return softmax_exp(d, hn::MulAdd(v, s, bias));
+  if constexpr (softmax_narrow_output<Y>)
+    return softmax_exp_narrow(d, hn::MulAdd(v, s, bias));
+  else
+    return softmax_exp(d, hn::MulAdd(v, s, bias));
 };
 inline constexpr auto softmax_product = [](auto, auto v, auto s) { return v * s; };
 
@@ -361,12 +409,13 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
           prefetch_row{x.row(next).data()},
           prefetch_write{Streamed ? nullptr : y.row(float_out ? next : r).data()}};
       if constexpr (masked) {
-        map_row<true, combine::sum>(d, in_order, work_out, column_out{&sum, 0}, softmax_exponential,
-                                    ahead, at, cols, work_rows, constant(1.0f), constant(bias));
+        map_row<true, combine::sum>(d, in_order, work_out, column_out{&sum, 0},
+                                    softmax_exponential<Y>, ahead, at, cols, work_rows,
+                                    constant(1.0f), constant(bias));
       } else {
-        map_row<true, combine::sum>(d, in_order, work_out, column_out{&sum, 0}, softmax_exponential,
-                                    ahead, at, cols, rows_down(x_rows, r - at), constant(scale),
-                                    constant(bias));
+        map_row<true, combine::sum>(d, in_order, work_out, column_out{&sum, 0},
+                                    softmax_exponential<Y>, ahead, at, cols,
+                                    rows_down(x_rows, r - at), constant(scale), constant(bias));
       }
       if (r + 1 < rows) scores(r + 1, work_row(r + 1), next_m);
       const float factor = softmax_factor(m, sum);
@@ -447,12 +496,12 @@ void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
     const auto row_bias = vector::column(column_view(bias, n));
     if constexpr (masked) {
       vector::detail::elementwise<true>(function, {"x", "scale", "bias"}, work,
-                                        column_view(sums, n), softmax_exponential, work, 1.0f,
+                                        column_view(sums, n), softmax_exponential<Y>, work, 1.0f,
                                         row_bias);
     } else {
       vector::detail::elementwise<true>(function, {"x", "scale", "bias"}, work,
-                                        column_view(sums, n), softmax_exponential, x_block, scale,
-                                        row_bias);
+                                        column_view(sums, n), softmax_exponential<Y>, x_block,
+                                        scale, row_bias);
     }
 
     // y = e * (1 / sum). A fully masked row (m = -inf) has factor 0; a row with a NaN or +inf
@@ -471,6 +520,11 @@ auto const_view(Tensor&& tensor) {
   using element = std::remove_const_t<typename decltype(as_view)::element_type>;
   return view<const element>(as_view);
 }
+
+// What a tensor argument of softmax is not: so that softmax(x, y, options) is never taken for
+// softmax(x, mask, y).
+template <class T>
+concept not_softmax_options = !std::is_same_v<std::remove_cvref_t<T>, softmax_options>;
 
 template <class X, class Y>
 void check_softmax_types() {
@@ -504,7 +558,7 @@ void softmax(X&& x, Y&& y, const softmax_options& options = {}, const cast_optio
 
 // y = softmax(scale * x + mask) (mask of float or any format: additive, -inf masks out), or
 // softmax over the elements a bool mask keeps (0 elsewhere); mask is rows x cols or 1 x cols.
-template <class X, class Mask, class Y>
+template <class X, class Mask, detail::not_softmax_options Y>
 void softmax(X&& x, Mask&& mask, Y&& y, const softmax_options& options = {},
              const cast_options& cast = {}) {
   constexpr const char* function = "tilekern::softmax";

@@ -403,19 +403,38 @@ class vector_encoder {
     store_lanes<Streamed>(saturate_infinity(codes), dcodes, out);
   }
 
-  // Stores the codes of two blocks of 8 bf16 elements in order, first's from index on, then
-  // second's: rounded as interleaved does, then one pack of both blocks' high halves (x86/bf16.hpp;
-  // for 16 elements 4 shift and shuffle operations where two calls of operator() take 6, and one
-  // NaN test where they take 8 operations). The same bits as operator() element by element.
+  // Stores the codes of two blocks of bf16 elements in order, first's from index on, then
+  // second's. On 8 lanes: rounded as interleaved does, then one pack of both blocks' high halves
+  // (x86/bf16.hpp; for 16 elements 4 shift and shuffle operations where two calls of operator()
+  // take 6, and one NaN test where they take 8 operations). On 16 lanes with AVX512-BF16, nearest
+  // even: one vcvtne2ps2bf16 of both (fp32 subnormals aside, which it flushes), where two calls of
+  // operator() take two vcvtneps2bf16 of two operations each; other modes as operator() does. The
+  // same bits as operator() element by element.
   HWY_INLINE void in_order(hn::Vec<D> first, hn::Vec<D> second, storage* out,
                            std::uint64_t index) const
-      requires(std::is_same_v<F, bf16>&& hn::MaxLanes(D()) == 8) {
-    const auto [first_codes, second_codes] =
-        codes_in_high_halves<1>(first, second, index, index + 8);
+      requires(std::is_same_v<F, bf16> &&
+               (hn::MaxLanes(D()) == 8 || uses_bf16_instruction<F, D>())) {
     const hn::Repartition<storage, DU> dcodes;
-    const hn::Vec<decltype(dcodes)> codes{
-        x86::bf16_from_high_halves(first_codes.raw, second_codes.raw)};
-    store_lanes<Streamed>(saturate_infinity(codes), dcodes, out);
+    if constexpr (hn::MaxLanes(D()) == 8) {
+      const auto [first_codes, second_codes] =
+          codes_in_high_halves<1>(first, second, index, index + 8);
+      const hn::Vec<decltype(dcodes)> codes{
+          x86::bf16_from_high_halves(first_codes.raw, second_codes.raw)};
+      store_lanes<Streamed>(saturate_infinity(codes), dcodes, out);
+    } else {
+#if defined(__AVX512BF16__)
+      if constexpr (Mode == rounding::nearest_even) {
+        if (!x86::any_fp32_subnormal(first.raw, second.raw, daz_)) [[likely]] {
+          const hn::Vec<decltype(dcodes)> codes{
+              x86::bf16_in_order_from_float_nearest(first.raw, second.raw)};
+          store_lanes<Streamed>(saturate_infinity(codes), dcodes, out);
+          return;
+        }
+      }
+#endif
+      (*this)(first, out, index);
+      (*this)(second, out + hn::MaxLanes(D()), index + hn::MaxLanes(D()));
+    }
   }
 
   // Stores the codes of x, the elements with indices index, index + 1, ..., at out.

@@ -20,10 +20,16 @@ inline __m256i bf16_from_float_nearest(__m512 x) {
   return std::bit_cast<__m256i>(_mm512_cvtneps_pbh(x));
 }
 
+// The codes of two blocks of 16 lanes in order, first's then second's: one vcvtne2ps2bf16, which
+// puts its second operand's codes below its first's.
+inline __m512i bf16_in_order_from_float_nearest(__m512 first, __m512 second) {
+  return std::bit_cast<__m512i>(_mm512_cvtne2ps_pbh(second, first));
+}
+
 // The codes of two blocks of 16 lanes interleaved: word 2j holds even's lane j, word 2j + 1 odd's
 // (vector_encoder::interleaved): one vcvtne2ps2bf16 of both and one 16-bit permute.
 inline __m512i bf16_interleaved_from_float_nearest(__m512 even, __m512 odd) {
-  const __m512i in_order = std::bit_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even));
+  const __m512i in_order = bf16_in_order_from_float_nearest(even, odd);
   const __m512i interleave =
       _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
                        21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
