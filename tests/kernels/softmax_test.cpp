@@ -35,6 +35,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -477,23 +478,36 @@ TEST_CASE("softmax special cases") {
     }
     CHECK(y.at(1, 5) == 0.0f);
   }
-  SUBCASE("huge and tiny inputs") {
+  SUBCASE("huge and tiny inputs, with an exact scale and an inexact one, row and block passes") {
     const std::vector<double> normal = x.values();
-    for (double magnitude : {1e30, 1e37, 1e-30}) {
-      for (std::size_t i = 0; i < rows * cols; ++i)
-        x.buffer[i] = static_cast<float>(normal[i] * magnitude);
-      const std::vector<double> xs = x.values();
-      std::vector<double> ref(rows * cols);
-      reference::softmax(view<const double>(xs.data(), rows, cols), 1.0,
-                         view<double>(ref.data(), rows, cols));
-      softmax(x.cv(), y.v());
-      for (std::size_t i = 0; i < rows * cols; ++i) {
-        INFO("magnitude ", magnitude, " element ", i, ": y ", y.buffer[i], ", reference ", ref[i]);
-        // Huge rows: every exponent is 0 (the max) or below -1e29 (exactly 0 in fp64 and fp32);
-        // tiny rows: every exponent is within 1e-29 of 0, so y is 1 / cols to a few ulp.
-        CHECK(std::abs(y.buffer[i] - ref[i]) <= 8 * u * ref[i]);
+    for (bool row_passes : {true, false}) {
+      set_row_passes(row_passes);
+      for (double magnitude : {1e30, 1e37, 3e9, 1e-30}) {
+        for (float scale : {1.0f, 0.7f}) {
+          for (std::size_t i = 0; i < rows * cols; ++i)
+            x.buffer[i] = static_cast<float>(normal[i] * magnitude);
+          for (std::size_t c = 1; c < cols; ++c) x.at(2, c) = x.at(2, 0);  // an equal row
+          const std::vector<double> xs = x.values();
+          std::vector<double> ref(rows * cols);
+          reference::softmax(view<const double>(xs.data(), rows, cols), scale,
+                             view<double>(ref.data(), rows, cols));
+          tensor<bf16> narrow(rows, cols, cols);
+          softmax(x.cv(), y.v(), {.scale = scale});
+          softmax(x.cv(), narrow.v(), {.scale = scale});
+          for (std::size_t i = 0; i < rows * cols; ++i) {
+            INFO("row passes ", row_passes, ", magnitude ", magnitude, ", scale ", scale,
+                 ", element ", i, ": y ", y.buffer[i], " (bf16 ", narrow.buffer[i].to_double(),
+                 "), reference ", ref[i]);
+            // Huge rows: every exponent is 0 (the max) or below -1e8 (exactly 0 in fp64 and
+            // fp32), an equal row's all 0; tiny rows: every exponent is within 1e-29 of 0, so y is
+            // 1 / cols to a few ulp.
+            CHECK(std::abs(y.buffer[i] - ref[i]) <= 8 * u * ref[i]);
+            CHECK(narrow.buffer[i].bits() == bf16::from(ref[i]).bits());
+          }
+        }
       }
     }
+    set_row_passes(std::nullopt);
   }
   SUBCASE("scale 0 gives a uniform row; in place") {
     softmax(x.cv(), y.v(), {.scale = 0.0f});

@@ -463,9 +463,16 @@ inline operand<affine> from_column(operand<affine> op, std::size_t c) {
 // Whether the row loop encodes blocks of T two at a time, in order (lane_store::store_in_order):
 // bf16 on AVX2's 8 lanes, where the encoding's shuffles and NaN test cost less per two blocks, and
 // on 16 lanes with AVX512-BF16, one vcvtne2ps2bf16 per two blocks (see vector_encoder::in_order).
+// (uses_bf16_instruction, simd/convert_vector.hpp, where the vector encoders are compiled.)
+#if defined(__AVX512BF16__)
+inline constexpr std::size_t bf16_instruction_lanes = 16;
+#else
+inline constexpr std::size_t bf16_instruction_lanes = 0;  // none
+#endif
 template <class T, class D>
 constexpr bool two_blocks_in_order = std::is_same_v<T, bf16> &&
-                                     (hn::MaxLanes(D()) == 8 || uses_bf16_instruction<bf16, D>());
+                                     (hn::MaxLanes(D()) == 8 ||
+                                      hn::MaxLanes(D()) == bf16_instruction_lanes);
 
 // The output side of the row loop: blocks of fp32 lanes encoded into row r of `to`. The rounding
 // mode is chosen per block, at run time (a branch that always goes the same way): each row loop

@@ -74,9 +74,12 @@
 //     -inf additive mask is a NaN score; a boolean mask never uses a masked x);
 //   - a +inf score makes its row NaN (inf - inf), as do 0 * inf (scale 0, infinite x) and
 //     inf + -inf (an infinite x under a -inf additive mask);
-//   - huge inputs do not overflow: exp sees s - m <= 0, and the largest term is 1. The scores are
-//     fp32: scale * x (+ mask) must be below fp32's max (3.4e38), or the row is NaN, where the
-//     fp64 reference may still be finite;
+//   - huge inputs do not overflow: exp sees s - m <= 0 (or at most half an ulp of m above, the
+//     exact product scale * x against the rounded max: below 1/2), and the largest term is about
+//     1; a row whose max score is 2^24 or more in magnitude takes its scores rounded to fp32
+//     before exp, one more pass (softmax_huge below). The scores are fp32: scale * x (+ mask) must
+//     be below fp32's max (3.4e38), or the row is NaN, where the fp64 reference may still be
+//     finite;
 //   - scale may be negative or 0 (scale 0: a uniform row, 1 / cols everywhere).
 // The backward follows the arithmetic: NaN in a row of y or dy makes that row of dx NaN; a fully
 // masked row (y = 0) gives dx = 0 for finite dy.
@@ -90,6 +93,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -201,8 +205,8 @@ HWY_INLINE hn::Vec<D> softmax_exp(D d, hn::Vec<D> a) {
 // another (|f| <= 1/2); 2^f 2^64 a polynomial of degree 4 (a minimax fit of the relative error,
 // 2.6e-6; its coefficients times 2^64); and 2^n added to the exponent field (on AVX-512,
 // vscalefps). log2(e) rounded to fp32 adds at most |a| 2^-26 relative. 9 vector operations for
-// 16 lanes where softmax_exp takes 11: bf16 1576 x 768 softmax 1.13-1.15 times as fast
-// (CONTRIBUTING.md, stop 59).
+// 16 lanes where softmax_exp takes 11 (12 before its eighths): bf16 1576 x 768 softmax 1.13-1.15
+// times as fast as with the 12 (CONTRIBUTING.md, stop 59).
 // Error: relative, at most softmax_narrow_exp_error + |a| 2^-26 on [-120, 0]
 // (tests/kernels/softmax_test.cpp measures it on every path: 2.7e-6 beyond the |a| term).
 inline constexpr double softmax_narrow_exp_error = 3e-6;
@@ -284,6 +288,15 @@ inline constexpr auto softmax_product = [](auto, auto v, auto s) { return v * s;
 // -inf, not NaN.
 inline float softmax_bias(float m) {
   return m == -std::numeric_limits<float>::infinity() ? 0.0f : -m;
+}
+// Whether a row of max score m takes its scores rounded to fp32 before its exponentials (without a
+// mask; with one they are rounded already): |m| >= 2^24. The exponentials' FMA takes the exact
+// products scale * x, which for the row's largest elements lie up to half an ulp of m from the
+// rounded max m, and from 2^24 on that is a whole unit or more: above 44 their exponentials
+// overflow, below -120 they underflow as every element does (the row NaN or uniform, where the
+// fp64 softmax of the scores is finite and far from uniform). Rounded, the largest score is m.
+inline bool softmax_huge(float m) {
+  return std::abs(m) >= 0x1p24f && std::abs(m) < std::numeric_limits<float>::infinity();
 }
 // A row's factor, 1 / sum, from its max m and the sum of its exponentials: 0 for a fully masked
 // row (m = -inf); NaN for a row with a NaN or +inf score (m NaN or +inf), which softmax_exp,
@@ -412,6 +425,14 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
         map_row<true, combine::sum>(d, in_order, work_out, column_out{&sum, 0},
                                     softmax_exponential<Y>, ahead, at, cols, work_rows,
                                     constant(1.0f), constant(bias));
+      } else if (softmax_huge(m)) {
+        // The scores rounded into work's row first (softmax_huge), then as with a mask.
+        map_row<false, combine::sum>(d, in_order, work_out, column_out{nullptr, 0}, softmax_product,
+                                     no_prefetch(), at, cols, rows_down(x_rows, r - at),
+                                     constant(scale));
+        map_row<true, combine::sum>(d, in_order, work_out, column_out{&sum, 0},
+                                    softmax_exponential<Y>, ahead, at, cols, work_rows,
+                                    constant(1.0f), constant(bias));
       } else {
         map_row<true, combine::sum>(d, in_order, work_out, column_out{&sum, 0},
                                     softmax_exponential<Y>, ahead, at, cols,
@@ -502,6 +523,16 @@ void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
       vector::detail::elementwise<true>(function, {"x", "scale", "bias"}, work,
                                         column_view(sums, n), softmax_exponential<Y>, x_block,
                                         scale, row_bias);
+      // Rows of huge scores again, their scores rounded first (softmax_huge), as the row passes
+      // take them.
+      for (std::size_t r = 0; r < n; ++r) {
+        if (!softmax_huge(maxes[r])) continue;
+        const auto row = work.block(r, 0, 1, cols);
+        vector::map(row, softmax_product, x_block.block(r, 0, 1, cols), scale);
+        vector::detail::elementwise<true>(function, {"x", "scale", "bias"}, row,
+                                          column_view(sums + r, 1), softmax_exponential<Y>, row,
+                                          1.0f, vector::column(column_view(bias + r, 1)));
+      }
     }
 
     // y = e * (1 / sum). A fully masked row (m = -inf) has factor 0; a row with a NaN or +inf
