@@ -18,7 +18,8 @@
 //   narrow outputs (bf16, fp16, tf32, fp8), within its documented relative error there.
 // - mixed formats (bf16 in, float out; float in, bf16 out; fp16 mask).
 // - special cases: fully masked rows give zeros (bool, additive, and -inf inputs); NaN in a row
-//   gives NaN in that row only; +inf makes its row NaN; huge (1e30) and tiny (1e-30) inputs;
+//   gives NaN in that row only; +inf makes its row NaN; huge (3e9 to 1e37, with scale 1 and 0.7, an
+//   equal row among them, row and block passes) and tiny (1e-30) inputs;
 //   negative scale and scale 0; y = x in place.
 // - backward against reference::softmax_backward, every format, with a bound from the fp32
 //   arithmetic (see backward_for_format).

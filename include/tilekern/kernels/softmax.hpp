@@ -277,10 +277,11 @@ inline constexpr auto softmax_added_scores = [](auto, auto v, auto add, auto s) 
 };
 template <class Y>
 inline constexpr auto softmax_exponential = [](auto d, auto v, auto s, auto bias) {
+  const auto a = hn::MulAdd(v, s, bias);
   if constexpr (softmax_narrow_output<Y>)
-    return softmax_exp_narrow(d, hn::MulAdd(v, s, bias));
+    return softmax_exp_narrow(d, a);
   else
-    return softmax_exp(d, hn::MulAdd(v, s, bias));
+    return softmax_exp(d, a);
 };
 inline constexpr auto softmax_product = [](auto, auto v, auto s) { return v * s; };
 
@@ -293,8 +294,8 @@ inline float softmax_bias(float m) {
 // mask; with one they are rounded already): |m| >= 2^24. The exponentials' FMA takes the exact
 // products scale * x, which for the row's largest elements lie up to half an ulp of m from the
 // rounded max m, and from 2^24 on that is a whole unit or more: above 44 their exponentials
-// overflow, below -120 they underflow as every element does (the row NaN or uniform, where the
-// fp64 softmax of the scores is finite and far from uniform). Rounded, the largest score is m.
+// overflow (the row NaN), below -120 they underflow as every element does (the row uniform,
+// where the fp64 softmax of the scores may be far from it). Rounded, the largest score is m.
 inline bool softmax_huge(float m) {
   return std::abs(m) >= 0x1p24f && std::abs(m) < std::numeric_limits<float>::infinity();
 }
