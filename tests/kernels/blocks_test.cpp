@@ -127,15 +127,6 @@ std::vector<named_bytes> outputs(std::size_t rows, std::size_t cols, std::size_t
   return result;
 }
 
-// set_row_passes(on) for the life of the object, then the default.
-class row_passes_of {
- public:
-  explicit row_passes_of(bool on) { set_row_passes(on); }
-  ~row_passes_of() { set_row_passes(std::nullopt); }
-  row_passes_of(const row_passes_of&) = delete;
-  row_passes_of& operator=(const row_passes_of&) = delete;
-};
-
 template <class T>
 void same_bits_for_every_block_size(const char* format) {
   for (const std::size_t cols : {std::size_t{769}, std::size_t{4097}}) {
@@ -148,7 +139,7 @@ void same_bits_for_every_block_size(const char* format) {
          {std::size_t{1}, std::size_t{24} << 10, std::size_t{100} << 10}) {
       for (const bool row_by_row : {true, false}) {
         const test::row_blocks_of blocks(bytes);
-        const row_passes_of passes(row_by_row);
+        const test::row_passes_of passes(row_by_row);
         const auto got = outputs<T>(rows, cols);
         REQUIRE(got.size() == want.size());
         for (std::size_t k = 0; k < want.size(); ++k) {
@@ -175,7 +166,7 @@ void same_bits_row_by_row(const char* format) {
         std::size_t{4096}, std::size_t{8192}, std::size_t{9216}}) {
     const std::size_t rows = 37;
     const auto want = [&] {
-      const row_passes_of off(false);
+      const test::row_passes_of off(false);
       return outputs<T>(rows, cols, cols + 3, 5);
     }();
     CHECK(row_passes());
@@ -220,7 +211,7 @@ void same_bits_streamed(const char* format) {
     }();
     const stream_threshold_of every(0);
     for (const bool by_row : {true, false}) {
-      const row_passes_of passes(by_row);
+      const test::row_passes_of passes(by_row);
       const auto got = outputs<T>(s.rows, s.cols, s.stride, s.pad);
       REQUIRE(got.size() == want.size());
       for (std::size_t k = 0; k < want.size(); ++k) {

@@ -1,7 +1,7 @@
 #pragma once
 // Buffers that end right before an unreadable page, so that any read or write past the end
-// crashes the test, helpers to run a check on every ISA path the machine has, and one to set the
-// kernels' blocks of rows.
+// crashes the test, helpers to run a check on every ISA path the machine has, and two to set the
+// kernels' blocks of rows and row passes.
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -80,6 +80,16 @@ class row_blocks_of {
   ~row_blocks_of() { set_row_block_bytes(std::nullopt); }
   row_blocks_of(const row_blocks_of&) = delete;
   row_blocks_of& operator=(const row_blocks_of&) = delete;
+};
+
+// Sets row_passes() (simd/isa.hpp: the kernels' row passes on or off) for its lifetime, then
+// returns it to the default.
+class row_passes_of {
+ public:
+  explicit row_passes_of(bool on) { set_row_passes(on); }
+  ~row_passes_of() { set_row_passes(std::nullopt); }
+  row_passes_of(const row_passes_of&) = delete;
+  row_passes_of& operator=(const row_passes_of&) = delete;
 };
 
 }  // namespace tilekern::test
