@@ -880,6 +880,9 @@ inline column_out sum_column(const std::array<column_out, 2>& sums, std::size_t 
 // on, the lanes from element c of `row`: to read (reduce_then_map_rows: the next row it reduces,
 // while it maps this one) or to write (the row it will map, while it reduces it; none where `row`
 // is null). None on one lane (the scalar path), which would prefetch every element.
+// A row to read may be taken in 2^shift streams `stride` elements apart (prefetch_pages), block i
+// prefetching lanes i >> shift of stream i mod 2^shift, so that the blocks of a row visit its
+// streams in turn; shift 0 (the default) is the row in order, the lanes from element c.
 struct no_prefetch {
   template <class D>
   HWY_INLINE void at(D, std::size_t) const {}
@@ -887,13 +890,35 @@ struct no_prefetch {
 template <class T>
 struct prefetch_row {
   const T* row;
+  std::size_t shift = 0, stride = 0;
   template <class D>
   HWY_INLINE void at(D, std::size_t c) const {
-    if constexpr (hn::MaxLanes(D()) > 1) hwy::Prefetch(row + c);
+    constexpr std::size_t lanes = hn::MaxLanes(D());
+    if constexpr (lanes > 1) {
+      if (shift == 0) [[likely]] {
+        hwy::Prefetch(row + c);
+      } else {
+        const std::size_t block = c / lanes, streams = std::size_t{1} << shift;
+        hwy::Prefetch(row + (block & (streams - 1)) * stride + (block >> shift) * lanes);
+      }
+    }
   }
 };
 template <class T>
 prefetch_row(const T*) -> prefetch_row<T>;  // clang 14 deduces no aggregate's arguments
+
+// A row of `cols` elements from `row` on to prefetch a page at a time in turn: one stream for each
+// whole 4 KiB of it, up to 8 (a power of two), so that the next row's pages are fetched from
+// memory together rather than one after another; one stream (the row in order) below 8 KiB. On a
+// 2-core Intel Xeon with AMX, layernorm and rmsnorm at 4096 x 4096 (rows of 16 KiB in fp32, four
+// streams; 8 KiB in bf16, two) ran 1.07-1.31 times as fast so (reduce_then_map_rows below;
+// CONTRIBUTING.md, stop 61).
+template <class T>
+prefetch_row<T> prefetch_pages(const T* row, std::size_t cols) {
+  std::size_t shift = 0;
+  while (shift < 3 && (cols * sizeof(T)) >> (13 + shift) != 0) ++shift;
+  return {row, shift, cols >> shift};
+}
 template <class T>
 struct prefetch_write {
   T* row;
@@ -1163,7 +1188,9 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
 // after another (as layernorm's and rmsnorm's do), and otherwise lie within the operand's span.
 // So that row's reduction reads from L1 what it would otherwise wait for: on a 2-core Intel Xeon
 // (Cascade Lake), layernorm and rmsnorm in fp32 and bf16 ran 1.07-1.21 times as fast so at
-// 4096 x 4096 and 1.04-1.28 at 1576 x 768 (medians of 5 to 7 rounds alternating the two).
+// 4096 x 4096 and 1.04-1.28 at 1576 x 768 (medians of 5 to 7 rounds alternating the two). A row of
+// 8 KiB or more it prefetches by its pages in turn (prefetch_pages): layernorm fp32 at 4096 x 4096
+// on a 2-core Intel Xeon with AMX 1.13 times as fast again, rmsnorm 1.31.
 // While it reduces row r, it prefetches row r of `to` for writing (one prefetch a block), so that
 // the map's stores find their lines in L1, where a row of `to` and one of the first reduce operand
 // fit in write_ahead_bytes together (half of a 32 KiB L1). The bench on the same machine, two sets
@@ -1239,7 +1266,8 @@ void reduce_then_map_rows(const destination<Out, Streamed>& to, const Sums& sums
                       }
                       if (lag == 0) map = keep(r);
                       if (map) {
-                        const prefetch_row next{first + std::min(r + 1, rows - 1) * row_step};
+                        const auto next =
+                            prefetch_pages(first + std::min(r + 1, rows - 1) * row_step, cols);
                         map_row<false, combine::sum>(d, map_blocks, out, column_out{nullptr, 0},
                                                      map_f, next, r - lag, blocked, mapping...);
                         if constexpr (Streamed) {
