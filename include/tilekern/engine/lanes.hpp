@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -917,8 +918,8 @@ prefetch_row(const T*) -> prefetch_row<T>;  // clang 14 deduces no aggregate's a
 // CONTRIBUTING.md, stop 61).
 template <class T>
 prefetch_row<T> prefetch_pages(const T* row, std::size_t cols) {
-  std::size_t shift = 0;
-  while (shift < 3 && (cols * sizeof(T)) >> (13 + shift) != 0) ++shift;
+  const std::size_t pages = std::clamp<std::size_t>(cols * sizeof(T) / 4096, 1, 8);
+  const std::size_t shift = std::bit_width(pages) - 1;  // 2^shift streams: pages, rounded down
   return {row, shift, cols >> shift};
 }
 template <class T>
