@@ -17,9 +17,10 @@
 // elements', a constant row), in every test here.
 //
 // layernorm, rmsnorm and softmax write large outputs with non-temporal stores (stream_threshold(),
-// engine/lanes.hpp), the whole 64-byte lines of each row (not softmax's into float). With the
-// threshold at 0, every kernel here gives the same bits as with none, in float, bf16, fp16 and
-// fp8_e4m3, with rows on lines and off them, their row passes on and off.
+// engine/lanes.hpp), the whole 64-byte lines of each row (softmax's into float only with its row
+// passes, through their scratch row). With the threshold at 0, every kernel here gives the same
+// bits as with none, in float, bf16, fp16 and fp8_e4m3, with rows on lines and off them, their
+// row passes on and off.
 
 #include <doctest/doctest.h>
 

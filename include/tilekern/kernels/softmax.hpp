@@ -29,9 +29,11 @@
 // three passes run over it.
 // Row passes (row_passes(), simd/isa.hpp): the same passes one row at a time instead
 // (softmax_rows below), the row's exponentials in one row of fp32 scratch (or in y's row when y
-// is float), so that the later passes read the row from L1; with a mask the scores
-// pass also finds the row's max. While it takes a row's exponentials it prefetches the next row of
-// x, and the row of y for writing (a float y: the next row, into which the next exponentials go),
+// is float and not streamed), so that the later passes read the row from L1; with a mask the
+// scores pass also finds the row's max. While it takes a row's exponentials it prefetches the next
+// row of x (a row of 8 KiB or more by its pages in turn: prefetch_pages, engine/lanes.hpp), and
+// the row of y for writing (a float y not streamed: the next row, into which the next
+// exponentials go),
 // so that reading x and writing y from memory overlap exp's arithmetic, where the block passes
 // wait for each in turn. The bits are the same either way
 // (tests/kernels/blocks_test.cpp). On a 2-core Intel Xeon with AVX512-BF16 (Emerald Rapids
@@ -42,9 +44,14 @@
 // comes between a row's exponentials and its products (with a mask, its scores into a second
 // scratch row), so that it runs while the row's sum and 1 / sum complete: bf16 and fp32 1576 x 768
 // 1.08-1.09 times as fast again, 4096 x 4096 within 1% (CONTRIBUTING.md, stop 54).
-// A streamed y (stream_threshold(), engine/lanes.hpp; not a float one) takes the products with
-// non-temporal stores over the whole 64-byte lines of its rows: on a 2-core Intel Xeon with AMX,
-// 4096 x 4096 bf16 1.01 times as fast (bound by exp).
+// A streamed y (stream_threshold(), engine/lanes.hpp) takes the products with non-temporal stores
+// over the whole 64-byte lines of its rows: on a 2-core Intel Xeon with AMX, 4096 x 4096 bf16 1.01
+// times as fast (bound by exp). A float y too, its exponentials then in the scratch row: there
+// 4096 x 4096 fp32 ran 1.26 times as fast with the next row of x prefetched by its pages (1.08
+// with it prefetched in order; two libraries in one process, medians of 7 rounds), and in the
+// bench, the same run, 0.79-0.80 of memcpy and 2.03-2.09x oneDNN where it was 0.62 and 1.58x
+// (CONTRIBUTING.md, stop 62). Written into y and read back, its lines were read from memory
+// before they were written (three streams of memory where memcpy has two).
 // The backward is two passes: dot = row_sum_of(dy * y), then dx = scale * y * (dy - dot)
 // (vector::map).
 //
@@ -332,11 +339,11 @@ prefetch_both(A, B) -> prefetch_both<A, B>;  // clang 14 deduces no aggregate's 
 
 // softmax of x into y row by row: the three passes of softmax_views over one row, the next row's
 // max coming between its exponentials and its products, the row's exponentials in a row of fp32
-// scratch (or in y's row when y is float), all of them in L1; while it takes a row's exponentials
-// it prefetches the next row of x, and the next row of y to be written (this row, or for a float y
-// the next), so that the reads and writes of memory overlap the arithmetic of exp. Streamed (not a
-// float y): the products go to the whole 64-byte lines of y's rows with non-temporal stores, and y
-// is not prefetched.
+// scratch (or in y's row when y is float and not streamed), all of them in L1; while it takes a
+// row's exponentials it prefetches the next row of x (by its pages: prefetch_pages), and the next
+// row of y to be written (this row, or where the exponentials go into y the next), so that the
+// reads and writes of memory overlap the arithmetic of exp. Streamed: the products go to the whole
+// 64-byte lines of y's rows with non-temporal stores, and y is not prefetched.
 template <bool Streamed, class X, class Mask, class Y>
 void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
                   const cast_options& cast) {
@@ -344,14 +351,15 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
   const std::size_t rows = x.rows(), cols = x.cols();
   constexpr bool masked = !std::is_same_v<Mask, no_mask>;
   constexpr bool float_out = std::is_same_v<Y, float>;
-  static_assert(!(float_out && Streamed), "tilekern::softmax: a float y is not streamed");
+  // The exponentials go into y's rows where y is float and not streamed, else into scratch.
+  constexpr bool exps_in_y = float_out && !Streamed;
   // With a mask, two scratch rows: the next row's scores go into one while the other holds this
   // row's exponentials (see the loop below). Without, the next row's max reads x, and one will do.
   constexpr std::size_t scratch_rows = masked ? 2 : 1;
   const auto scratch =
-      float_out ? nullptr : std::make_unique_for_overwrite<float[]>(scratch_rows * cols);
+      exps_in_y ? nullptr : std::make_unique_for_overwrite<float[]>(scratch_rows * cols);
   const view<float> work = [&] {
-    if constexpr (float_out)
+    if constexpr (exps_in_y)
       return y;
     else
       return view<float>(scratch.get(), scratch_rows, cols);
@@ -408,7 +416,7 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
     // sum of the exponentials and the factor 1 / sum complete, and the products while the max
     // does, where each pass waited for the one before.
     const auto work_row = [&](std::size_t r) -> std::size_t {
-      return float_out ? r : r % scratch_rows;
+      return exps_in_y ? r : r % scratch_rows;
     };
     float m = 0.0f;             // row r's max
     scores(0, work_row(0), m);  // x has a row: softmax returns first where it is empty
@@ -417,11 +425,11 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
       float sum = 0.0f, next_m = 0.0f;
       const float bias = softmax_bias(m);
       // Prefetched with the exponentials: the next row of x, and the next row of y that is
-      // written (this one's product, or the next row's exponentials when y is float).
+      // written (this one's product, or the next row's exponentials where they go into y).
       const std::size_t next = std::min(r + 1, rows - 1);
       const prefetch_both ahead{
-          prefetch_row{x.row(next).data()},
-          prefetch_write{Streamed ? nullptr : y.row(float_out ? next : r).data()}};
+          prefetch_pages(x.row(next).data(), cols),
+          prefetch_write{Streamed ? nullptr : y.row(exps_in_y ? next : r).data()}};
       if constexpr (masked) {
         map_row<true, combine::sum>(d, in_order, work_out, column_out{&sum, 0},
                                     softmax_exponential<Y>, ahead, at, cols, work_rows,
@@ -465,14 +473,13 @@ void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
   const std::size_t rows = x.rows(), cols = x.cols();
   constexpr bool masked = !std::is_same_v<Mask, no_mask>;
   constexpr bool float_out = std::is_same_v<Y, float>;
-  // A large y is written with non-temporal stores, but not a float y: the exponentials go into it.
-  // Streaming it would need them in scratch: in the block passes one more pass (fp32 4096x4096
-  // took 8-13% longer so), in the row passes the scratch row, but the bench at 4096x4096 fp32 then
-  // ran 0.83-0.86 times as fast (CONTRIBUTING.md, stop 56).
+  // A large y is written with non-temporal stores; in the block passes not a float y, whose
+  // exponentials go into it: streaming it would need them in scratch, one more pass (fp32
+  // 4096x4096 took 8-13% longer so). The row passes stream it through their scratch row (see the
+  // top; the bench at 4096x4096 fp32 ran 0.83-0.86 times as fast so in stop 56, when the next row
+  // of x was prefetched in order).
   if (row_passes()) {
-    if constexpr (!float_out) {
-      if (streams(y)) return softmax_rows<true>(x, mask, y, scale, cast);
-    }
+    if (streams(y)) return softmax_rows<true>(x, mask, y, scale, cast);
     return softmax_rows<false>(x, mask, y, scale, cast);
   }
   const bool streamed = !float_out && streams(y);
