@@ -69,10 +69,12 @@
 // the price of fp32 scores: an element 20 below its row's max (y about 2e-9 of the largest) may be
 // 20 ulp off; the large elements, which carry the row's mass, are within the few ulp above.
 // A y of a narrow format (at most 10 mantissa bits: bf16, fp16, tf32, fp8) takes a cheaper
-// exponential, softmax_exp_narrow, whose relative error 3e-6 + |a| 2^-26 replaces the 2 ulp of exp
-// above (the test checks that bound with it), still far below half of the 2^-11 or more between
-// such codes: each code is the correctly rounded fp64 result or, where that result lies within the
-// fp32 error of a rounding boundary, its neighbour (1 ulp).
+// exponential, softmax_exp_narrow, of relative error 8e-5 + |a| 2^-23. The element's exponential
+// and the row's sum both carry it, so the bound above gains 1.6e-4 + (|a| + m_a) 2^-23, m_a the
+// row's mean |a| weighted by y (the test checks that bound with it): two thirds of half the 2^-11
+// or more between such codes (the |a| terms matter only far below the row's max, among y's
+// smallest codes). So each code is the correctly rounded fp64 result or, where that result lies
+// within the fp32 error of a rounding boundary, its neighbour (1 ulp).
 //
 // Special values (as reference/softmax.hpp defines them):
 //   - a row whose scores are all -inf (fully masked by either mask, or -inf inputs with scale > 0)
@@ -208,35 +210,41 @@ HWY_INLINE hn::Vec<D> softmax_exp(D d, hn::Vec<D> a) {
 
 // e^a 2^64 as softmax_exp gives it, for a y of a narrow format (at most 10 mantissa bits: bf16,
 // fp16, tf32, fp8), whose codes are 2^-11 or more apart relative: a cheaper exponential whose
-// error is far below that. a log2(e) = n + f: n = round(a log2(e)) by the magic in one FMA, f in
-// another (|f| <= 1/2); 2^f 2^64 a polynomial of degree 4 (a minimax fit of the relative error,
-// 2.6e-6; its coefficients times 2^64); and 2^n added to the exponent field (on AVX-512,
-// vscalefps). log2(e) rounded to fp32 adds at most |a| 2^-26 relative. 9 vector operations for
-// 16 lanes where softmax_exp takes 11 (12 before its eighths): bf16 1576 x 768 softmax 1.13-1.15
-// times as fast as with the 12 (CONTRIBUTING.md, stop 59).
-// Error: relative, at most softmax_narrow_exp_error + |a| 2^-26 on [-120, 0]
-// (tests/kernels/softmax_test.cpp measures it on every path: 2.7e-6 beyond the |a| term).
-inline constexpr double softmax_narrow_exp_error = 3e-6;
+// error is well below that. s = a log2(e) + 1/2 in one FMA = n + f with n = round(s) and f = s - n
+// (|f| <= 1/2, exact: s's fraction bits), so e^a = 2^n 2^(f - 1/2); 2^(f - 1/2) 2^64 a polynomial
+// of degree 3 (a minimax fit of the relative error on [-1/2, 1/2], 7.48e-5; its coefficients
+// times 2^64); and 2^n added to the exponent field. On AVX-512 f is one vreduceps (s - round(s)),
+// n = s - f (exact, whichever way a tie went), and 2^n vscalefps: 8 vector operations for 16
+// lanes where softmax_exp takes 11. The same bits on every path. Rounding s and log2(e) to fp32
+// adds at most |a| 2^-23 relative (and 2^-25 for s's half).
+// bf16 1576 x 768 softmax ran 1.08 times as fast as with the 9 of a degree-4 polynomial of f
+// (two libraries in one process, median of 15 rounds; the bench 1.08-1.13; CONTRIBUTING.md, stop
+// 62), which had taken it 1.13-1.15 times as fast as the 12 of softmax_exp before its eighths
+// (stop 59).
+// Error: relative, at most softmax_narrow_exp_error + |a| softmax_narrow_exp_slope on [-120, 1/2]
+// (tests/kernels/softmax_test.cpp measures it on every path: 7.49e-5 beyond the |a| term).
+inline constexpr double softmax_narrow_exp_error = 8e-5, softmax_narrow_exp_slope = 0x1p-23;
 template <class D>
 HWY_INLINE hn::Vec<D> softmax_exp_narrow(D d, hn::Vec<D> a) {
   const hn::RebindToSigned<D> di;
-  const auto x = hn::Max(a, hn::Set(d, -120.0f));
-  const auto magic = hn::Set(d, 0x1.8p23f);
-  const auto log2e = hn::Set(d, 0x1.715476p+0f);
-  const auto shifted = hn::MulAdd(x, log2e, magic);  // magic + n
-  const auto n = hn::Sub(shifted, magic);
-  const auto f = hn::MulSub(x, log2e, n);
-  const auto c = [&](float coefficient) { return hn::Set(d, coefficient * 0x1p64f); };
-  auto p = hn::MulAdd(c(0x1.3997d6p-7f), f, c(0x1.ca144p-5f));  // Horner's rule
-  p = hn::MulAdd(p, f, c(0x1.ec06dap-3f));
-  p = hn::MulAdd(p, f, c(0x1.62e0dcp-1f));
-  p = hn::MulAdd(p, f, c(0x1.ffffe8p-1f));
-#if defined(__AVX512F__)
+  const auto s =
+      hn::MulAdd(hn::Max(a, hn::Set(d, -120.0f)), hn::Set(d, 0x1.715476p+0f), hn::Set(d, 0.5f));
+  const auto polynomial = [&](auto f) {  // 2^(f - 1/2) 2^64 by Horner's rule
+    const auto c = [&](float coefficient) { return hn::Set(d, coefficient * 0x1p64f); };
+    const auto p = hn::MulAdd(c(0x1.3f96a4p-5f), f, c(0x1.5f56a4p-3f));
+    return hn::MulAdd(hn::MulAdd(p, f, c(0x1.f5f97ep-2f)), f, c(0x1.6a033cp-1f));
+  };
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
   if constexpr (hn::MaxLanes(D()) == 16) {
-    return hn::Vec<D>{_mm512_maskz_scalef_ps(0xffff, p.raw, n.raw)};  // as in softmax_exp
+    // vreduceps, imm 0x08: s - round(s), ties to even, no precision exception. Both intrinsics
+    // zero-masking with every lane selected, as in softmax_exp (gcc bug 105593).
+    const hn::Vec<D> f{_mm512_maskz_reduce_ps(0xffff, s.raw, 0x08)};
+    return hn::Vec<D>{_mm512_maskz_scalef_ps(0xffff, polynomial(f).raw, (s - f).raw)};
   }
 #endif
-  return hn::BitCast(d, hn::Add(hn::BitCast(di, p), hn::ShiftLeft<23>(hn::BitCast(di, shifted))));
+  const auto n = hn::Round(s);
+  return hn::BitCast(
+      d, hn::Add(hn::BitCast(di, polynomial(s - n)), hn::ShiftLeft<23>(hn::ConvertTo(di, n))));
 }
 
 // Whether softmax's y of format Y takes softmax_exp_narrow.
