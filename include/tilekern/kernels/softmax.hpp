@@ -33,9 +33,8 @@
 // scores pass also finds the row's max. While it takes a row's exponentials it prefetches the next
 // row of x (a row of 8 KiB or more by its pages in turn: prefetch_pages, engine/lanes.hpp), and
 // the row of y for writing (a float y not streamed: the next row, into which the next
-// exponentials go),
-// so that reading x and writing y from memory overlap exp's arithmetic, where the block passes
-// wait for each in turn. The bits are the same either way
+// exponentials go), so that reading x and writing y from memory overlap exp's arithmetic, where
+// the block passes wait for each in turn. The bits are the same either way
 // (tests/kernels/blocks_test.cpp). On a 2-core Intel Xeon with AVX512-BF16 (Emerald Rapids
 // class), the bench built with and without them, seven rounds alternating the two (medians of 3
 // runs each): bf16 1576 x 768 1.05-1.13 times as fast (median 1.11), 4096 x 4096 1.42-1.64
