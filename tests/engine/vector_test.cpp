@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include <immintrin.h>
+
 #include "engine/engine_support.hpp"
 #include "tilekern/engine/scalar.hpp"
 #include "tilekern/engine/vector.hpp"
@@ -205,6 +207,54 @@ TEST_CASE("vector: bf16 from bf16 and float sources (interleaved blocks), every 
           check_binary<bf16, float, bf16>(op, s, kind, cast, indices, ++seed);
         }
       });
+    }
+  }
+}
+
+// Nearest even without saturation, under MXCSR.DAZ clear, is the cast the row loops give a bf16 or
+// fp16 destination a plain encoder for (lane_store, engine/lanes.hpp); saturation and DAZ take the
+// encoder that tests them. Values that overflow, inf, fp32 subnormals (which vcvtneps2bf16
+// flushes, and DAZ hides from vfpclassps) and ordinary values, passed through unchanged (under
+// DAZ an arithmetic operation would read the subnormals as 0), from float sources (blocks in
+// order) and bf16 ones (interleaved blocks for a bf16 destination), in rows of pairs of blocks, a
+// single block and a tail: every element against the scalar encoder, under each cast and MXCSR.
+TEST_CASE("vector: bf16 and fp16 destinations saturate, and keep fp32 subnormals under DAZ") {
+  const float specials[] = {3.4e38f, -3.4e38f, inf,   -inf, 70000.0f, -65520.0f, 1e-39f,
+                            -3e-41f, 1.4e-45f, 6e-8f, 1.5f, -2.75f,   0.0f,      -0.0f};
+  const auto check = []<class D, class S>(tensor<S>& source, const cast_options& cast, bool daz) {
+    tensor<D> dst(source.rows(), source.cols(), source.cols() + 3);
+    const unsigned saved = _mm_getcsr();
+    if (daz) _mm_setcsr(saved | 0x40u);
+    vector::map(
+        vector::rounded(dst.v(), cast), [](auto, auto v) { return v; }, source.cv());
+    _mm_setcsr(saved);
+    check_values(
+        dst,
+        [&](std::size_t r, std::size_t c) {
+          return expected_from_float<D>(static_cast<float>(value_of(source(r, c))), cast, 0);
+        },
+        type_name<D>() + " from " + type_name<S>() + " " + describe_cast(cast) +
+            (daz ? " under DAZ" : ""));
+  };
+  std::mt19937_64 random(7);
+  tensor<float> values(3, 87);  // on 16 lanes two pairs of blocks, a block, a tail of 7
+  for (std::size_t r = 0; r < values.rows(); ++r) {
+    for (std::size_t c = 0; c < values.cols(); ++c) {
+      values(r, c) = specials[random() % std::size(specials)];
+    }
+  }
+  tensor<bf16> values16(values.rows(), values.cols());
+  for (std::size_t r = 0; r < values.rows(); ++r) {
+    for (std::size_t c = 0; c < values.cols(); ++c) {
+      values16(r, c) = bf16::from(values(r, c));  // 3.4e38 to inf
+    }
+  }
+  for (const overflow on_overflow : {overflow::standard, overflow::saturate}) {
+    const cast_options cast{.round = rounding::nearest_even, .on_overflow = on_overflow};
+    for (const bool daz : {false, true}) {
+      check.operator()<bf16>(values, cast, daz);
+      check.operator()<bf16>(values16, cast, daz);
+      check.operator()<fp16>(values, cast, daz);
     }
   }
 }

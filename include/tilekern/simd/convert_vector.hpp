@@ -364,7 +364,9 @@ HWY_INLINE void store_lanes(hn::Vec<DS> v, DS d, T* out) {
 // stream of the cast_options it was made with: the per-block work of encode_vector, which the
 // gpsimd engine also calls on the results of user code. Streamed: the codes go out with
 // non-temporal stores (store_lanes), which need `out` aligned to the bytes stored.
-template <minifloat_format F, class D, rounding Mode, bool Streamed = false>
+// Plain: an encoder for casts that are plain() (no saturation, MXCSR.DAZ clear), which its blocks
+// then take as given rather than test (see lane_store, engine/lanes.hpp).
+template <minifloat_format F, class D, rounding Mode, bool Streamed = false, bool Plain = false>
 class vector_encoder {
  public:
   using storage = typename F::storage_type;
@@ -378,6 +380,9 @@ class vector_encoder {
         key_(random_key::from(options.seed, options.stream)),
         saturate_(options.on_overflow == overflow::saturate) {}
 
+  // Whether the cast neither saturates nor runs under MXCSR.DAZ: what a Plain encoder assumes.
+  bool plain() const { return !saturate_ && !daz_; }
+
   // Stores the codes of 2 * lanes bf16 elements, from index on, given interleaved: lane j of even
   // holds element 2j, lane j of odd element 2j + 1 (as widen_bf16_interleaved loads them). Each
   // word of the output is then one even lane's code below one odd lane's, which a shift and a
@@ -389,7 +394,7 @@ class vector_encoder {
     const hn::Repartition<storage, DU> dcodes;
 #if defined(__AVX512BF16__)
     if constexpr (Mode == rounding::nearest_even && uses_bf16_instruction<F, D>()) {
-      if (!x86::any_fp32_subnormal(even.raw, odd.raw, daz_)) [[likely]] {
+      if (!x86::any_fp32_subnormal(even.raw, odd.raw, denormals_are_zero())) [[likely]] {
         const hn::Vec<decltype(dcodes)> codes{
             x86::bf16_interleaved_from_float_nearest(even.raw, odd.raw)};
         store_lanes<Streamed>(saturate_infinity(codes), dcodes, out);
@@ -425,7 +430,7 @@ class vector_encoder {
     } else {
 #if defined(__AVX512BF16__)
       if constexpr (Mode == rounding::nearest_even) {
-        if (!x86::any_fp32_subnormal(first.raw, second.raw, daz_)) [[likely]] {
+        if (!x86::any_fp32_subnormal(first.raw, second.raw, denormals_are_zero())) [[likely]] {
           const hn::Vec<decltype(dcodes)> codes{
               x86::bf16_in_order_from_float_nearest(first.raw, second.raw)};
           store_lanes<Streamed>(saturate_infinity(codes), dcodes, out);
@@ -462,7 +467,7 @@ class vector_encoder {
       store_lanes<Streamed>(saturate_infinity(codes), dstorage_, out);
     } else if constexpr (uses_bf16_instruction<F, D>()) {
 #if defined(__AVX512BF16__)
-      if (x86::any_fp32_subnormal(x.raw, daz_)) [[unlikely]] {
+      if (x86::any_fp32_subnormal(x.raw, denormals_are_zero())) [[unlikely]] {
         encode_generic(x, out, round_nearest_even());
         return;
       }
@@ -529,7 +534,7 @@ class vector_encoder {
     const auto bits = hn::BitCast(du_, x);
     if constexpr (keeps_fp32_exponent<F>) {
       auto codes = encode_lanes_fp32_exponent<F>(du_, bits, round);
-      if (saturate_) {  // each +-inf code becomes +-max, the code just below it
+      if (saturating()) {  // each +-inf code becomes +-max, the code just below it
         const auto magnitude = codes & hn::Set(du_, F::magnitude_mask);
         codes = codes + hn::VecFromMask(du_, magnitude == hn::Set(du_, F::infinity_code));
       }
@@ -568,13 +573,22 @@ class vector_encoder {
   // Saturating turns each +-inf code into +-max, the code just below it.
   template <class V>
   HWY_INLINE V saturate_infinity(V codes) const {
-    if (!saturate_) [[likely]] {
+    if (!saturating()) [[likely]] {
       return codes;
     }
     const hn::DFromV<V> dcodes;
     const auto infinity = hn::Set(dcodes, static_cast<storage>(F::infinity_code));
     const auto magnitude = codes & hn::Set(dcodes, static_cast<storage>(F::magnitude_mask));
     return codes + hn::VecFromMask(dcodes, magnitude == infinity);  // all ones = -1
+  }
+
+  HWY_INLINE bool saturating() const {
+    return !Plain && saturate_;
+  }
+  // MXCSR.DAZ as it was when the encoder was made, which decides how subnormals are found
+  // (x86::fp32_subnormal_lanes); the gpsimd engine runs every core under its caller's MXCSR.
+  HWY_INLINE bool denormals_are_zero() const {
+    return !Plain && daz_;
   }
 
   static constexpr DU du_{};
@@ -584,9 +598,9 @@ class vector_encoder {
   random_key key_;
   bool saturate_;
 #if defined(__AVX512BF16__)
-  // MXCSR.DAZ as it was when the encoder was made, which decides how subnormals are found
-  // (x86::fp32_subnormal_lanes); the gpsimd engine runs every core under its caller's MXCSR.
   bool daz_ = x86::denormals_are_zero();
+#else
+  bool daz_ = false;  // no encoder here depends on it
 #endif
 };
 
