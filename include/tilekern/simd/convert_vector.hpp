@@ -600,7 +600,7 @@ class vector_encoder {
 #if defined(__AVX512BF16__)
   bool daz_ = x86::denormals_are_zero();
 #else
-  bool daz_ = false;  // no encoder here depends on it
+  bool daz_ = false;  // only the AVX512-BF16 encoders look for fp32 subnormals
 #endif
 };
 
