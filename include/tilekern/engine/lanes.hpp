@@ -494,8 +494,9 @@ class lane_store {
         first_index_(to.first_index),
         index_stride_(to.index_stride != 0 ? to.index_stride : to.to.cols()),
         key_(random_key::from(cast_.seed, cast_.stream)),
-        encoders_(make_encoders(d, cast_)),
-        plain_(is_plain(encoders_, cast_)) {}
+        encoders_(make_encoders(d, cast_)) {
+    plain_ = is_plain(encoders_, cast_);
+  }
 
   // Lanes c, c + 1, ... of row r.
   HWY_INLINE void store(D d, hn::Vec<D> x, std::size_t r, std::size_t c) const {
@@ -639,8 +640,9 @@ class lane_store {
   std::uint64_t first_index_;
   std::uint64_t index_stride_;
   random_key key_;
+  bool plain_ = false;  // the cast is nearest even and plain(): encoder 3 (before the encoders,
+                        // whose alignment would pad a bool after them to 64 bytes)
   decltype(make_encoders(D(), cast_options())) encoders_;
-  bool plain_;  // the cast is nearest even and plain(): encoder 3
 };
 
 // One fp32 value per row of a destination with `rows` rows: a column (rows x 1, any stride) or a
