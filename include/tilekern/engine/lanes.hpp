@@ -918,6 +918,9 @@ inline column_out sum_column(const std::array<column_out, 2>& sums, std::size_t 
 // streams in turn; shift 0 (the default) is the row in order, the lanes from element c. (A branch,
 // not one formula for both: computed for shift 0 too, the address cost layernorm bf16 1576 x 768
 // 11-13% on an Intel Xeon with AMX, whose loop is bound by its vector ports.)
+// map_row calls `at` once with each whole block of a row, in column order (in a reduction, blocks
+// from column 0 on), before the block's loads; softmax's products_along, which stores a block of
+// another row with each, counts on that (kernels/softmax.hpp).
 struct no_prefetch {
   template <class D>
   HWY_INLINE void at(D, std::size_t) const {}
