@@ -393,7 +393,9 @@ struct products_along {
 // row's exponentials it prefetches the next row of x (by its pages: prefetch_pages), and the next
 // row of y to be written (this row, or where the exponentials go into y the next), so that the
 // reads and writes of memory overlap the arithmetic of exp. Streamed: the products go to the whole
-// 64-byte lines of y's rows with non-temporal stores, and y is not prefetched.
+// 64-byte lines of y's rows with non-temporal stores, and y is not prefetched. Where y is float or
+// streamed, a row's products go alongside the next row's exponentials (products_along), not
+// after its own.
 template <bool Streamed, class X, class Mask, class Y>
 void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
                   const cast_options& cast) {
@@ -495,7 +497,7 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
     };
     float m = 0.0f;             // row r's max
     scores(0, work_row(0), m);  // x has a row: softmax returns first where it is empty
-    float factor = 0.0f;        // fused: row r - 1's 1 / sum
+    float factor = 0.0f;        // 1 / the sum of the last row whose exponentials ran
     for (std::size_t r = 0; r < rows; ++r) {
       const std::size_t at = work_row(r);
       float sum = 0.0f, next_m = 0.0f;
@@ -534,6 +536,8 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
                                     softmax_exponential<Y>, ahead, at, cols,
                                     rows_down(x_rows, r - at), constant(scale), constant(bias));
       }
+      // Fused: row r - 1's products finished before a mask's next scores go where its exponentials
+      // are (in scratch, row (r + 1) % 2).
       if constexpr (fused) {
         if (r > 0) {
           before.rest(d);
