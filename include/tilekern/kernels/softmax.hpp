@@ -352,11 +352,12 @@ struct prefetch_both {
 template <class A, class B>
 prefetch_both(A, B) -> prefetch_both<A, B>;  // clang 14 deduces no aggregate's arguments
 
-// Row `row` of softmax's products, y = e * factor, into `out` from its exponentials `exps` (`end`
-// columns), taken a block at a time alongside the next row's exponentials: at(d, c), which map_row
-// calls with each whole block of a row in order, as it does a prefetch, stores the products'
-// block c (bf16's blocks by pairs, two_blocks_in_order: the second of each pair stores both), and
-// rest() what they left, after the row.
+// Row `row` of softmax's products, y = e * factor (softmax_product, as the products' own loop
+// maps), into `out` from its exponentials `exps` (`end` columns), taken a block at a time alongside
+// the next row's exponentials: at(d, c), which map_row calls with each whole block of a row in
+// order, as it does a prefetch, stores the products' block c (bf16's blocks by pairs,
+// two_blocks_in_order: the second of each pair stores both), and rest() what they left, after the
+// row.
 template <class D, class Y, bool Streamed>
 struct products_along {
   static constexpr std::size_t lanes = hn::MaxLanes(D());
@@ -367,7 +368,7 @@ struct products_along {
   std::size_t row, end;
 
   HWY_INLINE hn::Vec<D> product(D d, std::size_t c) const {
-    return hn::LoadU(d, exps + c) * factor;
+    return softmax_product(d, hn::LoadU(d, exps + c), factor);
   }
   HWY_INLINE void at(D d, std::size_t c) const {
     if constexpr (step == lanes) {
@@ -382,7 +383,7 @@ struct products_along {
     if (c < end) {
       alignas(64) float staged[lanes] = {};
       std::copy_n(exps + c, end - c, staged);
-      out.store_tail(d, hn::Load(d, staged) * factor, row, c, end - c);
+      out.store_tail(d, softmax_product(d, hn::Load(d, staged), factor), row, c, end - c);
     }
   }
 };
