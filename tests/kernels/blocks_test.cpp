@@ -153,12 +153,23 @@ void same_bits_for_every_block_size(const char* format) {
   }
 }
 
+// detail::norm_row_passes_everywhere() for the life of the object.
+class everywhere {
+ public:
+  everywhere() { detail::norm_row_passes_everywhere().store(true); }
+  ~everywhere() { detail::norm_row_passes_everywhere().store(false); }
+  everywhere(const everywhere&) = delete;
+  everywhere& operator=(const everywhere&) = delete;
+};
+
 // layernorm and rmsnorm run a row's passes one after the other where they can (row_passes():
 // rows of up to norm_chunk columns, or of 2 to norm_row_pass_chunks whole chunks stored one after
-// another; for layernorm at least 64; a streamed y on Intel processors only: norm_row_passes) and
-// leave the other rows to the passes over blocks of rows: the same bits as those passes on every
-// row (set_row_passes(false)), with the rows of second tries above among them. Rows of 2048 to
-// 8192 columns are summed a chunk at a time; 1025 and 9216 columns take only the block passes.
+// another; for layernorm at least 64; a streamed y, and rows of one chunk of a format narrower than
+// float, on Intel processors only: norm_row_passes, which `everywhere` makes take them on AMD's
+// too) and leave the other rows to the passes over blocks of rows: the same bits as those passes
+// on every row (set_row_passes(false)), with the rows of second tries above among them. Rows of
+// 2048 to 8192 columns are summed a chunk at a time; 1025 and 9216 columns take only the block
+// passes.
 // softmax takes every row so, its output streamed or not.
 template <class T>
 void same_bits_row_by_row(const char* format) {
@@ -171,7 +182,10 @@ void same_bits_row_by_row(const char* format) {
       return outputs<T>(rows, cols, cols + 3, 5);
     }();
     CHECK(row_passes());
-    const auto got = outputs<T>(rows, cols, cols + 3, 5);
+    const auto got = [&] {
+      const everywhere row_passes_on_any_vendor;
+      return outputs<T>(rows, cols, cols + 3, 5);
+    }();
     REQUIRE(got.size() == want.size());
     for (std::size_t k = 0; k < want.size(); ++k) {
       INFO(std::string(format), ", ", rows, "x", cols, ": ", want[k].first);

@@ -42,7 +42,8 @@
 // non-temporal stores over the whole 64-byte lines of its rows (engine/lanes.hpp,
 // reduce_then_map_rows): on a 2-core Intel Xeon with AMX at 4096 x 4096, bf16 1.14-1.28 times as
 // fast, fp32 1.20-1.26 (CONTRIBUTING.md, stop 56). On AMD processors it takes the block passes,
-// which stream faster there (norm_row_passes in rmsnorm.hpp; stop 57).
+// which stream faster there (norm_row_passes in rmsnorm.hpp; stop 57), as do rows of one chunk of
+// a format narrower than float (bf16 on a Zen 5, 1576 x 768: 1.2 times as fast so; stop 65).
 // The row passes against the block passes, measured on a 2-core Intel Xeon (Cascade Lake),
 // medians of 5 to 9 rounds alternating the two, x and y in L3 or beyond: 1576 x 768 fp32 1.13-1.24
 // times as fast, bf16 1.04 (its per-element encoding, not the reads, is what bounds it);
@@ -281,8 +282,9 @@ void layernorm_views(view<const X> x, view<const G> gamma, view<const B> beta, v
   const std::size_t block = std::min(rows, norm_block_rows<X>(cols));
   const bool streamed = streams(y);
   // The chunk-rows the row passes read each row of x as (norm_row_chunks); 0: no row passes.
-  const std::size_t q =
-      norm_row_passes(streamed) && cols >= layernorm_shift_count ? norm_row_chunks(x) : 0;
+  const std::size_t q = norm_row_passes(streamed, sizeof(X), cols) && cols >= layernorm_shift_count
+                            ? norm_row_chunks(x)
+                            : 0;
   // every value written before it is read
   norm_scratch<float, 40> columns(std::max<std::size_t>(8, 3 * q + 4) * block + 1);
   norm_scratch<double, 8> sums(2 * block);
