@@ -413,11 +413,11 @@ void norm_runs(view<const float> scale, Body&& body) {
 //   fast as the block passes. On an Intel Xeon with AMX the block passes streamed ran 0.86-0.87
 //   times as fast as the row passes with plain stores, and the row passes streamed 1.14-1.38
 //   times (CONTRIBUTING.md, stops 55 to 57).
-// - One chunk of bf16, on a 2-core AMD EPYC (Zen 5): the block passes took 0.72-0.83 of the row
+// - One chunk of bf16, on a 2-core AMD EPYC (Zen 5): the block passes took 0.72-0.84 of the row
 //   passes' time at 1576 x 768, 1576 x 1024 and 512 x 768 (layernorm and rmsnorm), and in the
 //   bench, three runs alternating the two builds, layernorm bf16 1576 x 768 ran 1.30-1.32 times
 //   oneDNN's speed by blocks against 1.07-1.10 by rows, rmsnorm 78-90 us against 102-108. fp32
-//   took 0.93-0.98 (layernorm) and 1.10-1.16 (rmsnorm) of the time, rows of 2048 and 4096
+//   took 0.93-0.99 (layernorm) and 1.10-1.16 (rmsnorm) of the time, rows of 2048 and 4096
 //   columns 0.88-1.18, both formats, so those keep the row passes (stop 65). On a Zen 4 the row
 //   passes had run layernorm bf16 1576 x 768 at 1.07-1.09 times oneDNN's speed and the block
 //   passes, before them, at 1.05-1.12 (CONTRIBUTING.md, Known gaps).
