@@ -154,22 +154,22 @@ void same_bits_for_every_block_size(const char* format) {
 }
 
 // detail::norm_row_passes_everywhere() for the life of the object.
-class everywhere {
+class row_passes_everywhere {
  public:
-  everywhere() { detail::norm_row_passes_everywhere().store(true); }
-  ~everywhere() { detail::norm_row_passes_everywhere().store(false); }
-  everywhere(const everywhere&) = delete;
-  everywhere& operator=(const everywhere&) = delete;
+  row_passes_everywhere() { detail::norm_row_passes_everywhere().store(true); }
+  ~row_passes_everywhere() { detail::norm_row_passes_everywhere().store(false); }
+  row_passes_everywhere(const row_passes_everywhere&) = delete;
+  row_passes_everywhere& operator=(const row_passes_everywhere&) = delete;
 };
 
 // layernorm and rmsnorm run a row's passes one after the other where they can (row_passes():
 // rows of up to norm_chunk columns, or of 2 to norm_row_pass_chunks whole chunks stored one after
 // another; for layernorm at least 64; a streamed y, and rows of one chunk of a format narrower than
-// float, on Intel processors only: norm_row_passes, which `everywhere` makes take them on AMD's
-// too) and leave the other rows to the passes over blocks of rows: the same bits as those passes
-// on every row (set_row_passes(false)), with the rows of second tries above among them. Rows of
-// 2048 to 8192 columns are summed a chunk at a time; 1025 and 9216 columns take only the block
-// passes.
+// float, on Intel processors only: norm_row_passes, which row_passes_everywhere makes take them on
+// AMD's too) and leave the other rows to the passes over blocks of rows: the same bits as those
+// passes on every row (set_row_passes(false)), with the rows of second tries above among them.
+// Rows of 2048 to 8192 columns are summed a chunk at a time; 1025 and 9216 columns take only the
+// block passes.
 // softmax takes every row so, its output streamed or not.
 template <class T>
 void same_bits_row_by_row(const char* format) {
@@ -183,7 +183,7 @@ void same_bits_row_by_row(const char* format) {
     }();
     CHECK(row_passes());
     const auto got = [&] {
-      const everywhere row_passes_on_any_vendor;
+      const row_passes_everywhere on_any_vendor;
       return outputs<T>(rows, cols, cols + 3, 5);
     }();
     REQUIRE(got.size() == want.size());
@@ -247,6 +247,27 @@ std::string cpuinfo_vendor() {
     return start == std::string::npos ? "" : line.substr(start);
   }
   return "";
+}
+
+// Which rows layernorm and rmsnorm take by rows (norm_row_passes): on AMD processors neither a
+// streamed y nor rows of one chunk of a format narrower than float; everywhere under
+// row_passes_everywhere (so that same_bits_row_by_row above compares the row passes there too);
+// nowhere with set_row_passes(false).
+TEST_CASE("the row passes' choice by vendor") {
+  const bool amd = detected_cpu_features().amd;
+  CHECK(detail::norm_row_passes(false, sizeof(float), 768));
+  CHECK(detail::norm_row_passes(false, sizeof(bf16), 2048));
+  CHECK(detail::norm_row_passes(false, sizeof(bf16), 768) == !amd);
+  CHECK(detail::norm_row_passes(false, sizeof(fp8_e4m3), 1024) == !amd);
+  CHECK(detail::norm_row_passes(true, sizeof(float), 4096) == !amd);
+  {
+    const row_passes_everywhere on_any_vendor;
+    CHECK(detail::norm_row_passes(false, sizeof(bf16), 768));
+    CHECK(detail::norm_row_passes(true, sizeof(float), 4096));
+    const test::row_passes_of off(false);
+    CHECK_FALSE(detail::norm_row_passes(false, sizeof(float), 768));
+  }
+  CHECK(detail::norm_row_passes(false, sizeof(bf16), 768) == !amd);
 }
 
 TEST_CASE("non-temporal stores by default from 16 MiB") {
