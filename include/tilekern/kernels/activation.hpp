@@ -161,13 +161,14 @@ inline bool lookup_gathers() {
 
 // to[i] = table[code of from[i]] for i < 8, entries of 2 or 4 bytes: the 8 codes by 64-bit loads,
 // the 8 entries into an array stored at once (in place too: every load comes before the store).
-// gcc 12 assembles the array in a vector register (vpinsrw, vpinsrd) and stores it with one
-// instruction: about 1.4 memory accesses an element, where four at a time take 3 (a code, an
-// entry and a store). On a 2-core AMD EPYC (Zen 5, stop 66): a timing program, medians of 9 to
-// 15 rounds, silu over 1 Mi elements 0.82-0.92 times the time of four at a time for 16-bit codes,
-// or 8-bit codes, into 16- or 32-bit entries, bf16 to bf16 over 16 Mi 0.89-0.92; the bench, built
-// with and without, alternated four times, silu and gelu_tanh bf16 0.91-0.96 at 1 Mi and 0.89-0.90
-// at 16 Mi (medians of the four runs' medians). 16 at a time took 1.2-1.3 times the time of 8,
+// gcc 12 assembles the array of unsigned integers in a vector register (vpinsrw, vpinsrd) and
+// stores it with one instruction (an array of Y it assembled by shifts in general registers):
+// about 1.4 memory accesses an element, where four at a time take 3 (a code, an entry and a
+// store). On a 2-core AMD EPYC (Zen 5, stop 66): a timing program, medians of 9 to 15 rounds,
+// silu over 1 Mi elements 0.82-0.93 times the time of four at a time for 16-bit codes, or 8-bit
+// codes, into 16- or 32-bit entries, bf16 to bf16 over 16 Mi 0.89-0.92; the bench, built with and
+// without, alternated four times, silu and gelu_tanh bf16 0.91-0.95 at 1 Mi and 0.89-0.90 at
+// 16 Mi (medians of the four runs' medians). 16 at a time took 1.16-1.26 times the time of 8,
 // and 1-byte entries (fp8 to fp8) 1.11 times that of four at a time, which they keep.
 template <class X, class Y>
 HWY_INLINE void lookup_eight(const X* from, Y* to, const Y* table) {
