@@ -18,10 +18,11 @@
 // - a strided 2-D view and a mixed-format call (bf16 in, float out), y = x in place, and the
 //   shape error.
 // - the tables (formats of at most 16 bits in; y in the same format, rounded to nearest even with
-//   either overflow mode, or float): every code of x through a strided view of 251 columns into a
-//   guarded y, looked up and computed, the same bits; in place; the kernel itself; and when a
-//   call builds a table (at least as many elements as x has codes), also from four threads at
-//   once.
+//   either overflow mode, or float): every code of x through a strided view of 253 columns into a
+//   guarded y (each row's lookup takes every step: 253 = 31 x 8 + 4 + 1, or 15 x 16 + 8 + 4 + 1
+//   with the gathers), looked up and computed, the same bits; in place; the kernel itself; and
+//   when a call builds a table (at least as many elements as x has codes), also from four threads
+//   at once.
 
 #include <doctest/doctest.h>
 
@@ -209,7 +210,7 @@ TEST_CASE("activation kernel: strided views, mixed formats, in place, shape erro
 // the same layout ending at a guard page: the lookup against the computed pass, bit for bit.
 template <class X, class Y>
 void check_tables(act f, overflow on_overflow) {
-  constexpr std::size_t codes = std::size_t{1} << X::code_bits, cols = 251, stride = cols + 5;
+  constexpr std::size_t codes = std::size_t{1} << X::code_bits, cols = 253, stride = cols + 5;
   constexpr std::size_t rows = (codes + cols - 1) / cols, size = (rows - 1) * stride + cols;
   CAPTURE(format_name<X>());
   const char* y_format = std::is_same_v<Y, float> ? "float" : "the same format";
