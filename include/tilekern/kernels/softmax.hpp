@@ -220,10 +220,12 @@ HWY_INLINE hn::Vec<D> softmax_exp(D d, hn::Vec<D> a) {
 // error is well below that. s = a log2(e) + 1/2 in one FMA = n + f with n = round(s) and f = s - n
 // (|f| <= 1/2, exact: s's fraction bits), so e^a = 2^n 2^(f - 1/2); 2^(f - 1/2) 2^64 a polynomial
 // of degree 3 (a minimax fit of the relative error on [-1/2, 1/2], 7.48e-5; its coefficients
-// times 2^64); and 2^n added to the exponent field. On AVX-512 f is one vreduceps (s - round(s)),
-// n = s - f (exact, whichever way a tie went), and 2^n vscalefps: 8 vector operations for 16
-// lanes where softmax_exp takes 11. The same bits on every path. Rounding s and log2(e) to fp32
-// adds at most |a| 2^-23 relative (and 2^-25 for s's half).
+// times 2^64); and 2^n added to the exponent field, on AVX-512 by vscalefps: 8 vector operations
+// for 16 lanes where softmax_exp takes 11. The same bits on every path. Rounding s and log2(e) to
+// fp32 adds at most |a| 2^-23 relative (and 2^-25 for s's half).
+// n is vrndscaleps, not f vreduceps (s - round(s) in one instruction, then n = s - f): on a Zen 5
+// vreduceps and vscalefps each take two slots of the two pipes that add, vrndscaleps one, and bf16
+// 1576 x 768 softmax ran 1.04-1.05 times as fast without vreduceps (CONTRIBUTING.md, stop 67).
 // bf16 1576 x 768 softmax ran 1.08 times as fast as with the 9 of a degree-4 polynomial of f
 // (two libraries in one process, median of 15 rounds; the bench 1.08-1.13; CONTRIBUTING.md, stop
 // 62), which had taken it 1.13-1.15 times as fast as the 12 of softmax_exp before its eighths
@@ -241,17 +243,16 @@ HWY_INLINE hn::Vec<D> softmax_exp_narrow(D d, hn::Vec<D> a) {
     const auto p = hn::MulAdd(c(0x1.3f96a4p-5f), f, c(0x1.5f56a4p-3f));
     return hn::MulAdd(hn::MulAdd(p, f, c(0x1.f5f97ep-2f)), f, c(0x1.6a033cp-1f));
   };
-#if defined(__AVX512F__) && defined(__AVX512DQ__)
+  const auto n = hn::Round(s);
+  const auto p = polynomial(s - n);
+#if defined(__AVX512F__)
   if constexpr (hn::MaxLanes(D()) == 16) {
-    // vreduceps, imm 0x08: s - round(s), ties to even, no precision exception. Both intrinsics
-    // zero-masking with every lane selected, as in softmax_exp (gcc bug 105593).
-    const hn::Vec<D> f{_mm512_maskz_reduce_ps(0xffff, s.raw, 0x08)};
-    return hn::Vec<D>{_mm512_maskz_scalef_ps(0xffff, polynomial(f).raw, (s - f).raw)};
+    // p 2^n, a normal, by vscalefps. Zero-masking with every lane selected, as in softmax_exp (gcc
+    // bug 105593).
+    return hn::Vec<D>{_mm512_maskz_scalef_ps(0xffff, p.raw, n.raw)};
   }
 #endif
-  const auto n = hn::Round(s);
-  return hn::BitCast(
-      d, hn::Add(hn::BitCast(di, polynomial(s - n)), hn::ShiftLeft<23>(hn::ConvertTo(di, n))));
+  return hn::BitCast(d, hn::Add(hn::BitCast(di, p), hn::ShiftLeft<23>(hn::ConvertTo(di, n))));
 }
 
 // Whether softmax's y of format Y takes softmax_exp_narrow.
