@@ -970,15 +970,85 @@ struct prefetch_write {
 template <class T>
 prefetch_write(T*) -> prefetch_write<T>;
 
+// A group of rows (map_row) shares the rows of its sources after the first that are `either`
+// operands: where each of them is one row for every r (shared_rows), as a layernorm's gamma and
+// beta are, the compiler then sees one row for the whole group and loads each block of it once.
+// The first source, x in the kernels, has a row of its own in each row of the group. Only maps
+// that also take a value per row (a `constant` operand: a normalisation's statistics) group rows,
+// so that the engine's other maps keep one row loop each (with every map grouped, vector_test.cpp
+// took over 10.4 GB of memory to compile, where it had taken 9.5, and CI compiles two at once).
+template <class First, class... Rest>
+constexpr bool groups_rows = ((Rest::kind == along::either) || ...) &&
+                             ((Rest::kind == along::constant) || ...);
+template <class First, class... Rest>
+bool shared_rows(const First&, const Rest&... rest) {
+  const auto one_row = [](const auto& source) {
+    if constexpr (std::remove_cvref_t<decltype(source)>::kind == along::either) {
+      return source.row_step == 0;
+    }
+    return true;
+  };
+  return (one_row(rest) && ...);
+}
+// A shared source's cursor in a group of rows: each block it loads passes an empty asm, which the
+// compiler takes for one value in every row of the group and keeps in a register. Without it gcc
+// 12 loaded the block again for each row wherever an FMA overwrote the register that held it (x86's
+// FMAs overwrite an operand). Not on Highway's scalar and emulated targets, whose lanes are not
+// vector registers.
+template <class Cursor>
+struct shared_cursor : Cursor {
+  template <class V>
+  HWY_INLINE static V kept(V v) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+    asm("" : "+v"(v.raw));
+#endif
+    return v;
+  }
+  template <class D>
+  HWY_INLINE hn::Vec<D> load(D d, std::size_t c) const {
+    return kept(Cursor::load(d, c));
+  }
+  template <class D>
+  HWY_INLINE hn::Vec<D> load_tail(D d, std::size_t c, std::size_t n) const {
+    return kept(Cursor::load_tail(d, c, n));
+  }
+  template <class D>
+  HWY_INLINE hn::Vec<D> load_masked(D d, std::size_t c, std::size_t n) const {
+    return kept(Cursor::load_masked(d, c, n));
+  }
+  template <std::size_t K, class D>
+  HWY_INLINE hn::Vec<D> load_interleaved(D d, std::size_t c) const {
+    return kept(Cursor::template load_interleaved<K>(d, c));
+  }
+};
+// Source J's cursor of row r in a group of Rows rows from r0: row r0's, shared, where it shares it.
+template <std::size_t Rows, std::size_t J, class D, class Source>
+HWY_INLINE auto group_cursor(D d, const Source& source, std::size_t r0, std::size_t r) {
+  if constexpr (Rows > 1 && J > 0 && Source::kind == along::either) {
+    return shared_cursor<decltype(source.at_row(d, r0))>{source.at_row(d, r0)};
+  } else {
+    return source.at_row(d, r);
+  }
+}
+template <std::size_t Rows, class D, std::size_t... J, class... Sources>
+HWY_INLINE auto group_cursors(D d, std::size_t r0, std::size_t r, std::index_sequence<J...>,
+                              const Sources&... sources) {
+  return std::make_tuple(group_cursor<Rows, J>(d, sources, r0, r)...);
+}
+
 // Row r of map_rows (below) on lanes D, with the blocks map_rows chose (Interleave, std::true_type
 // where interleaved blocks apply), prefetching `ahead` with each whole block. Always inlined into
 // its row loop, so that each row loop is compiled as one function; so are its per-block lambdas
 // (TILEKERN_INLINE_LAMBDA), which gcc 12 at -O2 left as calls.
-template <bool Reduce, combine Op, class D, class Interleave, class Out, bool Streamed, class Sums,
-          class F, class Ahead, class... Sources>
+// Rows > 1 (no reduction; shared_rows): rows r to r + Rows - 1 together, each block of every row
+// computed before any is stored, so that the blocks of the operands that are one row for all (a
+// layernorm's gamma and beta) are loaded once for the group, where each row loaded them again.
+template <bool Reduce, combine Op, std::size_t Rows = 1, class D, class Interleave, class Out,
+          bool Streamed, class Sums, class F, class Ahead, class... Sources>
 HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out,
                         [[maybe_unused]] const Sums& sums, F& f, const Ahead& ahead, std::size_t r,
                         std::size_t cols, const Sources&... sources) {
+  static_assert(Rows == 1 || !Reduce, "tilekern engine: a group of rows has no reduction");
   using result = decltype(f(d, (static_cast<void>(sources), hn::Zero(d))...));
   constexpr std::size_t values = sums_of<result>;
   constexpr std::size_t columns = std::is_same_v<Sums, column_out> ? 1 : 2;
@@ -991,11 +1061,33 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
   // Two sums share the registers of one: reduce_slots / values partials each.
   constexpr std::size_t lanes = hn::MaxLanes(D()), slots = reduce_slots / values,
                         chains = slots / lanes;
-  const auto cursors = std::make_tuple(sources.at_row(d, r)...);
-  const auto compute = [&](auto load) TILEKERN_INLINE_LAMBDA {
+  const auto cursors = [&]<std::size_t... K>(std::index_sequence<K...>) TILEKERN_INLINE_LAMBDA {
+    return std::array{
+        group_cursors<Rows>(d, r, r + K, std::index_sequence_for<Sources...>(), sources...)...};
+  }
+  (std::make_index_sequence<Rows>());
+  // Row r + k's lanes (k 0 where Rows is 1).
+  const auto compute_row = [&](std::size_t k, auto load) TILEKERN_INLINE_LAMBDA {
     return std::apply([&](const auto&... cursor)
                           TILEKERN_INLINE_LAMBDA { return f(d, load(cursor)...); },
-                      cursors);
+                      cursors[k]);
+  };
+  const auto compute = [&](auto load) TILEKERN_INLINE_LAMBDA { return compute_row(0, load); };
+  // store(k, x...) for each row r + k of the group, x... its lanes by each of `load...`, every
+  // row's computed before the first is stored.
+  const auto each_row = [&](auto store, auto... load) TILEKERN_INLINE_LAMBDA {
+    using row_lanes = std::array<result, sizeof...(load)>;
+    const auto lanes_of = [&](std::size_t k)
+                              TILEKERN_INLINE_LAMBDA { return row_lanes{compute_row(k, load)...}; };
+    const auto store_row = [&]<std::size_t... J>(std::size_t k, const row_lanes& x,
+                                                 std::index_sequence<J...>) TILEKERN_INLINE_LAMBDA {
+      store(k, x[J]...);
+    };
+    [&]<std::size_t... K>(std::index_sequence<K...>) TILEKERN_INLINE_LAMBDA {
+      const std::array<row_lanes, Rows> x{lanes_of(K)...};
+      (store_row(K, x[K], std::make_index_sequence<sizeof...(load)>()), ...);
+    }
+    (std::make_index_sequence<Rows>());
   };
   // Reductions keep `slots` partial results per sum, held in `chains` vectors: element c goes
   // to slot c % slots, lane c % lanes of chain (c / lanes) % chains, on every path; except that
@@ -1019,9 +1111,16 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
   };
   const auto block = [&](std::size_t c, auto chain) TILEKERN_INLINE_LAMBDA {
     ahead.at(d, c);
-    const auto x = compute([&](const auto& cursor) { return cursor.load(d, c); });
-    if constexpr (stored) out.store(d, x, r, c);
-    reduce(x, chain);
+    const auto load = [&](const auto& cursor) { return cursor.load(d, c); };
+    if constexpr (Reduce) {
+      const auto x = compute(load);
+      if constexpr (stored) out.store(d, x, r, c);
+      reduce(x, chain);
+    } else if constexpr (stored) {
+      each_row([&](std::size_t k, const auto& x)
+                   TILEKERN_INLINE_LAMBDA { out.store(d, x, r + k, c); },
+               load);
+    }
   };
   std::size_t c = 0;
   constexpr bool masked = masked_ends<Reduce, Streamed, Out, D, Sources...>;
@@ -1031,14 +1130,28 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
     // one block, so that every whole block after them is loaded and stored within a line, not
     // split across two. Each element's result is the same in any block; a reduction's partial
     // sums would not be.
-    const float* first = nullptr;
-    std::apply([&](const auto&... cursor) { ((first = first ? first : cursor.row), ...); },
-               cursors);
-    const std::size_t head = line_head<D>(out.row(r));
-    if (head > 0 && head + lanes <= cols && first != nullptr && line_head<D>(first) == head) {
-      out.store_masked(d,
-                       compute([&](const auto& cursor) { return cursor.load_masked(d, 0, head); }),
-                       r, 0, head);
+    // A group whose rows start at different places within a line takes them one at a time.
+    const auto head_of = [&](std::size_t k) TILEKERN_INLINE_LAMBDA {
+      const float* first = nullptr;
+      std::apply([&](const auto&... cursor) { ((first = first ? first : cursor.row), ...); },
+                 cursors[k]);
+      const std::size_t head = line_head<D>(out.row(r + k));
+      return first != nullptr && line_head<D>(first) == head ? head : 0;
+    };
+    const std::size_t head = head_of(0);
+    if constexpr (Rows > 1) {
+      for (std::size_t k = 1; k < Rows; ++k) {
+        if (head_of(k) != head) {
+          for (k = 0; k < Rows; ++k)
+            map_row<Reduce, Op>(d, Interleave(), out, sums, f, ahead, r + k, cols, sources...);
+          return;
+        }
+      }
+    }
+    if (head > 0 && head + lanes <= cols) {
+      each_row([&](std::size_t k, const auto& x)
+                   TILEKERN_INLINE_LAMBDA { out.store_masked(d, x, r + k, 0, head); },
+               [&](const auto& cursor) { return cursor.load_masked(d, 0, head); });
       c = head;
     }
   }
@@ -1064,10 +1177,10 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
     for (; c + 2 * lanes <= cols; c += 2 * lanes) {
       ahead.at(d, c);
       ahead.at(d, c + lanes);
-      out.store_interleaved(
-          compute([&](const auto& cursor) { return cursor.template load_interleaved<0>(d, c); }),
-          compute([&](const auto& cursor) { return cursor.template load_interleaved<1>(d, c); }), r,
-          c);
+      each_row([&](std::size_t k, const auto& even, const auto& odd)
+                   TILEKERN_INLINE_LAMBDA { out.store_interleaved(even, odd, r + k, c); },
+               [&](const auto& cursor) { return cursor.template load_interleaved<0>(d, c); },
+               [&](const auto& cursor) { return cursor.template load_interleaved<1>(d, c); });
     }
   }
   // Rounds of `chains` blocks, block j of a round summed into chain j; bf16 (two_blocks_in_order)
@@ -1081,12 +1194,18 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
           const std::size_t at = c + chain * lanes;
           ahead.at(d, at);
           ahead.at(d, at + lanes);
-          const auto first = compute([&](const auto& cursor) { return cursor.load(d, at); });
-          const auto second =
-              compute([&](const auto& cursor) { return cursor.load(d, at + lanes); });
-          out.store_in_order(first, second, r, at);
-          reduce(first, std::integral_constant<std::size_t, chain>());
-          reduce(second, std::integral_constant<std::size_t, chain + 1>());
+          const auto first = [&](const auto& cursor) { return cursor.load(d, at); };
+          const auto second = [&](const auto& cursor) { return cursor.load(d, at + lanes); };
+          if constexpr (Reduce) {
+            const auto x = compute(first), y = compute(second);
+            out.store_in_order(x, y, r, at);
+            reduce(x, std::integral_constant<std::size_t, chain>());
+            reduce(y, std::integral_constant<std::size_t, chain + 1>());
+          } else {
+            each_row([&](std::size_t k, const auto& x, const auto& y)
+                         TILEKERN_INLINE_LAMBDA { out.store_in_order(x, y, r + k, at); },
+                     first, second);
+          }
         });
       } else {
         for_chains<chains>([&](auto chain)
@@ -1099,14 +1218,21 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
   if constexpr (masked) {
     if (c < cols) {
       const std::size_t n = cols - c;
-      out.store_masked(d, compute([&](const auto& cursor) { return cursor.load_masked(d, c, n); }),
-                       r, c, n);
+      each_row([&](std::size_t k, const auto& x)
+                   TILEKERN_INLINE_LAMBDA { out.store_masked(d, x, r + k, c, n); },
+               [&](const auto& cursor) { return cursor.load_masked(d, c, n); });
     }
   } else if (c < cols) {
     const std::size_t n = cols - c;
-    const auto x = compute([&](const auto& cursor) { return cursor.load_tail(d, c, n); });
-    if constexpr (stored) out.store_tail(d, x, r, c, n);
+    const auto tail = [&](const auto& cursor) { return cursor.load_tail(d, c, n); };
+    if constexpr (!Reduce && stored) {
+      each_row([&](std::size_t k, const auto& x)
+                   TILEKERN_INLINE_LAMBDA { out.store_tail(d, x, r + k, c, n); },
+               tail);
+    }
     if constexpr (Reduce) {
+      const auto x = compute(tail);
+      if constexpr (stored) out.store_tail(d, x, r, c, n);
       const auto valid = hn::FirstN(d, n);
       at_chain<chains>(chain, [&](auto j) TILEKERN_INLINE_LAMBDA {
         each_sum(x, [&](std::size_t k, auto v) TILEKERN_INLINE_LAMBDA {
@@ -1170,6 +1296,14 @@ void with_blocks(D d, std::size_t cols, Body&& body, const Sources&... sources) 
 // f takes the descriptor and one hn::Vec per operand and returns one hn::Vec; or, for two sums
 // of one pass (Op sum, `to` no_output), a std::pair of them, and sums is a std::array of two
 // columns, sums[k][r] the sum of the k-th.
+// Without Reduce, where the operands after the first include a value per row and one row for every
+// r (groups_rows, shared_rows: a layernorm's statistics, gamma and beta), rows go two at a time
+// (map_row with Rows 2), each block of the shared rows loaded once for both. A core that loads one
+// 64-byte vector a cycle spends about a quarter of the map on them (a hand loop of layernorm's bf16
+// map: 7 cycles per 32 lanes, 5.1 without them): on a 2-core AMD EPYC (Zen 5) layernorm bf16
+// 1576 x 768 ran 1.22 times as fast so (two libraries in one process; the bench 1.15), rmsnorm
+// bf16 1.12. Four rows at a time ran 0.88 times as fast as two (CONTRIBUTING.md, stop 67). The bits
+// are the same.
 template <bool Reduce, combine Op, class Out, bool Streamed, class Sums, class F, class... Operands>
 void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
               const Operands&... operands) {
@@ -1195,7 +1329,16 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
     // again after every block.
     const std::size_t cols = to.to.cols();
     const lane_store<Out, D, Streamed> out(d, to);
-    for (std::size_t r = 0; r < rows; ++r) {
+    std::size_t r = 0;
+    // Pairs of rows where operands after the first are one row for all (map_row).
+    if constexpr (!Reduce && groups_rows<std::remove_cvref_t<decltype(sources)>...>) {
+      if (shared_rows(sources...)) {
+        for (; r + 2 <= rows; r += 2) {
+          map_row<Reduce, Op, 2>(d, interleave, out, sums, f, no_prefetch(), r, cols, sources...);
+        }
+      }
+    }
+    for (; r < rows; ++r) {
       map_row<Reduce, Op>(d, interleave, out, sums, f, no_prefetch(), r, cols, sources...);
     }
   };

@@ -31,6 +31,11 @@
 //                                    row by row: the row's fp32 sums of reduce_f, then, if
 //                                    keep(r), row r of dst = map_f (see there)
 //
+// In place: dst may be a source itself (the same memory and shape: each element is read before it
+// is written); other overlaps of dst with a source are not supported (map takes rows two at a time
+// where a source after the first is one row for all, and reads both rows' blocks before it stores
+// either: engine/lanes.hpp, map_rows).
+//
 // Reductions: fp32, 64 partial results per row on every path, each adding one element of every
 // whole round of 64 and at most one of the rest, in element order (element c into partial c % 64;
 // on the vector paths, rows read only from bf16 go through their whole rounds by pairs of blocks,

@@ -28,7 +28,9 @@
 //   4. xhat = (x - shift) * rstd - low * rstd,  vector::map (two fused multiply-adds; low * rstd
 //      y = xhat * gamma + beta                 one fp32 value per row), rounded with the caller's
 //                                              cast_options; a large y with non-temporal stores
-//                                              (write_rounded, stream_threshold())
+//                                              (write_rounded, stream_threshold()); rows two at
+//                                              a time, gamma and beta loaded once for both
+//                                              (engine/lanes.hpp, map_rows)
 // Row passes: rows of 64 to 1024 columns (one chunk), and rows of 2 to 8 whole chunks where x's
 // rows lie one after another (norm_row_chunks in rmsnorm.hpp), run steps 2 to 4 row by row instead
 // (vector::sums_then_map: a row's sums, a chunk at a time, its statistics in fp64, then its map,
