@@ -37,13 +37,21 @@ build() {
   shift
   cmake --preset "$preset" >/dev/null
   if [ $# -gt 0 ]; then
-    cmake --build --preset "$preset" --target "$@"
+    cmake --build --preset "$preset" -j "$compile_jobs" --target "$@"
   else
-    cmake --build --preset "$preset"
+    cmake --build --preset "$preset" -j "$compile_jobs"
   fi
 }
 
 jobs=$(nproc)
+# Compile jobs: one a core, within memory. Two compiles may take up to 9.5 GB each (the heavy pool,
+# tests/CMakeLists.txt) and the others up to 6 (tools/report's normalization.cpp: 5 GB). Ninja's
+# default, two more jobs than cores, ran four on the 2-core, 24 GB machine of stop 68, which
+# thrashed with 24 GB in use.
+memory_gb=$(awk '/MemTotal/ {print int($2 / 1048576)}' /proc/meminfo)
+compile_jobs=$(((memory_gb - 8) / 6))
+[ "$compile_jobs" -gt "$jobs" ] && compile_jobs=$jobs
+[ "$compile_jobs" -lt 1 ] && compile_jobs=1
 command=${1:-}
 [ $# -gt 0 ] && shift
 case "$command" in
