@@ -504,12 +504,13 @@ void row_sums_of(FirstSums&& first_sums, SecondSums&& second_sums, F&& f, const 
 // separate operations. While it maps row r it prefetches the next row of the first reduce source it
 // sums, and while it reduces row r, where that row and dst's fit in 16 KiB together, row r of dst
 // for writing; where they fit in 8 KiB, row r + 1's sums run right after keep(r), before row r's
-// map, and overlap the statistics keep computes (engine/lanes.hpp, reduce_then_map_rows). The
-// reduce sources may also hold each row of dst as q rows of cols / q elements: dst rows x cols, the
-// first reduce source (q
-// * rows) x (cols / q), e.g. a view of rows stored one after another, with stride cols / q. Then
-// sums has q * rows rows, and keep(r) reads rows q r to q r + q - 1 of it: the sums row_sum_of (or
-// row_sums_of) over the reduce sources would give.
+// map, and overlap the statistics keep computes (engine/lanes.hpp, reduce_then_map_rows). Where
+// map_sources hold a value per row and one row for every row (as map groups rows), rows go two at
+// a time: both rows' sums and keeps, then their map together. keep is called in row order. The
+// reduce sources may also hold each row of dst as q rows of cols / q elements: dst rows x cols,
+// the first reduce source (q * rows) x (cols / q), e.g. a view of rows stored one after another,
+// with stride cols / q. Then sums has q * rows rows, and keep(r) reads rows q r to q r + q - 1 of
+// it: the sums row_sum_of (or row_sums_of) over the reduce sources would give.
 template <class Dst, class Sums, class ReduceF, class... ReduceSources, class Keep, class MapF,
           class... MapSources>
 void sums_then_map(Dst&& dst, const Sums& sums, ReduceF&& reduce_f,

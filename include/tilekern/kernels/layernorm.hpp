@@ -36,21 +36,21 @@
 // (vector::sums_then_map: a row's sums, a chunk at a time, its statistics in fp64, then its map,
 // while the row is in L1 or near it, the next row prefetched during the map and, for rows of up to
 // 16 KiB of x and y together, y's row prefetched for writing during the sums; for rows of up to
-// 8 KiB, the next row's sums before this row's map, while its statistics complete), after step 1
-// over the block. A row whose mean is not kept from the one pass, or whose statistics need the
-// scale below, is left to the steps above, run over the runs of such rows. The bits are the same
-// either way (tests/kernels/blocks_test.cpp); set_row_passes(false) (simd/isa.hpp) turns the row
-// passes off. A streamed y (stream_threshold()) takes them too on Intel processors, with
-// non-temporal stores over the whole 64-byte lines of its rows (engine/lanes.hpp,
-// reduce_then_map_rows): on a 2-core Intel Xeon with AMX at 4096 x 4096, bf16 1.14-1.28 times as
-// fast, fp32 1.20-1.26 (CONTRIBUTING.md, stop 56). On AMD processors it takes the block passes,
-// which stream faster there (norm_row_passes in rmsnorm.hpp; stop 57), as do rows of one chunk of
-// a format narrower than float (bf16 on a Zen 5, 1576 x 768: 1.2 times as fast so; stop 65).
-// The row passes against the block passes, measured on a 2-core Intel Xeon (Cascade Lake),
-// medians of 5 to 9 rounds alternating the two, x and y in L3 or beyond: 1576 x 768 fp32 1.13-1.24
-// times as fast, bf16 1.04 (its per-element encoding, not the reads, is what bounds it);
-// 4096 x 4096 fp32 1.07-1.10, bf16 1.06-1.12; 8192 x 2048 and 2048 x 8192 1.02-1.09; but 64 x 768
-// (in L2) fp32 0.92 times, bf16 1.04. Those are from before the prefetches: the next row's adds
+// 8 KiB, the next row's sums before this row's map, while its statistics complete; rows two at a
+// time, as in step 4), after step 1 over the block. A row whose mean is not kept from the one pass,
+// or whose statistics need the scale below, is left to the steps above, run over the runs of such
+// rows. The bits are the same either way (tests/kernels/blocks_test.cpp); set_row_passes(false)
+// (simd/isa.hpp) turns the row passes off. A streamed y (stream_threshold()) takes them too on
+// Intel processors, with non-temporal stores over the whole 64-byte lines of its rows
+// (engine/lanes.hpp, reduce_then_map_rows): on a 2-core Intel Xeon with AMX at 4096 x 4096,
+// bf16 1.14-1.28 times as fast, fp32 1.20-1.26 (CONTRIBUTING.md, stop 56). On AMD processors it
+// takes the block passes, which stream faster there (norm_row_passes in rmsnorm.hpp; stop 57), as
+// do rows of one chunk of a format narrower than float (bf16 on a Zen 5, 1576 x 768: 1.2 times as
+// fast so; stop 65). The row passes against the block passes, measured on a 2-core Intel Xeon
+// (Cascade Lake), medians of 5 to 9 rounds alternating the two, x and y in L3 or beyond: 1576 x 768
+// fp32 1.13-1.24 times as fast, bf16 1.04 (its per-element encoding, not the reads, is what bounds
+// it); 4096 x 4096 fp32 1.07-1.10, bf16 1.06-1.12; 8192 x 2048 and 2048 x 8192 1.02-1.09; but 64 x
+// 768 (in L2) fp32 0.92 times, bf16 1.04. Those are from before the prefetches: the next row's adds
 // 1.08-1.19 at 1576 x 768 and 1.07-1.13 at 4096 x 4096, y's 1.08-1.09 at 1576 x 768 fp32, the next
 // row's sums before the map 1.07 at 1576 x 768 bf16 on an Intel Xeon with AVX512-BF16
 // (engine/lanes.hpp, reduce_then_map_rows).

@@ -26,7 +26,8 @@
 // (vector::sums_then_map: a row's sum, a chunk at a time, its rstd, then its map, while the row
 // is in L1 or near it, the next row prefetched during the map and, for rows of up to 16 KiB of x
 // and y together, y's row prefetched for writing during the sum; for rows of up to 8 KiB, the
-// next row's sum before this row's map, while its rstd completes). A row whose sum needs the
+// next row's sum before this row's map, while its rstd completes; rows two at a time, gamma loaded
+// once for both: engine/lanes.hpp, reduce_then_map_rows). A row whose sum needs the
 // scale below is left to the steps above, run over the runs of such rows. The bits are the same
 // either way (tests/kernels/blocks_test.cpp); set_row_passes(false) (simd/isa.hpp) turns the
 // row passes off. A streamed y takes them too on Intel processors, with non-temporal stores over

@@ -339,20 +339,6 @@ Op rows_down(Op op, std::size_t rows) {
   return op;
 }
 
-// Both prefetches with each block.
-template <class A, class B>
-struct prefetch_both {
-  A a;
-  B b;
-  template <class D>
-  HWY_INLINE void at(D d, std::size_t c) const {
-    a.at(d, c);
-    b.at(d, c);
-  }
-};
-template <class A, class B>
-prefetch_both(A, B) -> prefetch_both<A, B>;  // clang 14 deduces no aggregate's arguments
-
 // Row `row` of softmax's products, y = e * factor (softmax_product, as the products' own loop
 // maps), into `out` from its exponentials `exps` (`end` columns), taken a block at a time alongside
 // the next row's exponentials: at(d, c), which map_row calls with each whole block of a row in
