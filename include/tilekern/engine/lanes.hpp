@@ -1035,10 +1035,15 @@ struct shared_cursor : Cursor {
     return kept(Cursor::template load_interleaved<K>(d, c));
   }
 };
-// Source J's cursor of row r in a group of Rows rows from r0: row r0's, shared, where it shares it.
-template <std::size_t Rows, std::size_t J, class D, class Source>
+// Whether source J of a group of Rows rows (map_row) is one row for the whole group: an `either`
+// operand after the first.
+template <std::size_t Rows, std::size_t J, class... Sources>
+constexpr bool shared_in_group =
+    Rows > 1 && J > 0 && std::tuple_element_t<J, std::tuple<Sources...>>::kind == along::either;
+// A source's cursor of row r in a group from row r0: row r0's, shared, where the group shares it.
+template <bool Shared, class D, class Source>
 HWY_INLINE auto group_cursor(D d, const Source& source, std::size_t r0, std::size_t r) {
-  if constexpr (Rows > 1 && J > 0 && Source::kind == along::either) {
+  if constexpr (Shared) {
     return shared_cursor<decltype(source.at_row(d, r0))>{source.at_row(d, r0)};
   } else {
     return source.at_row(d, r);
@@ -1047,7 +1052,7 @@ HWY_INLINE auto group_cursor(D d, const Source& source, std::size_t r0, std::siz
 template <std::size_t Rows, class D, std::size_t... J, class... Sources>
 HWY_INLINE auto group_cursors(D d, std::size_t r0, std::size_t r, std::index_sequence<J...>,
                               const Sources&... sources) {
-  return std::make_tuple(group_cursor<Rows, J>(d, sources, r0, r)...);
+  return std::make_tuple(group_cursor<shared_in_group<Rows, J, Sources...>>(d, sources, r0, r)...);
 }
 
 // Row r of map_rows (below) on lanes D, with the blocks map_rows chose (Interleave, std::true_type
@@ -1080,11 +1085,15 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
         group_cursors<Rows>(d, r, r + K, std::index_sequence_for<Sources...>(), sources...)...};
   }
   (std::make_index_sequence<Rows>());
-  // Row r + k's lanes (k 0 where Rows is 1).
+  // Row r + k's lanes (k 0 where Rows is 1). Every row reads a shared source through row r's
+  // cursor: gcc 12 then loads each block once. With one cursor a row, built alike, it did not
+  // always see that they point to the same row: in the bench's fp32 layernorm (the row passes) it
+  // loaded gamma and beta again for the second row, and took about 1.2 times as long.
   const auto compute_row = [&](std::size_t k, auto load) TILEKERN_INLINE_LAMBDA {
-    return std::apply([&](const auto&... cursor)
-                          TILEKERN_INLINE_LAMBDA { return f(d, load(cursor)...); },
-                      cursors[k]);
+    return [&]<std::size_t... J>(std::index_sequence<J...>) TILEKERN_INLINE_LAMBDA {
+      return f(d, load(std::get<J>(cursors[shared_in_group<Rows, J, Sources...> ? 0 : k]))...);
+    }
+    (std::index_sequence_for<Sources...>());
   };
   const auto compute = [&](auto load) TILEKERN_INLINE_LAMBDA { return compute_row(0, load); };
   // store(k, x...) for each row r + k of the group, x... its lanes by each of `load...`, every
