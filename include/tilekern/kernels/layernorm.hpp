@@ -307,7 +307,8 @@ void layernorm_views(view<const X> x, view<const G> gamma, view<const B> beta, v
       const auto rows_of = [&](view<float> c) { return norm_per_row(c.block(a, 0, m, 1)); };
       const auto normalise = [&](const auto& to, std::size_t c, std::size_t k) {
         const auto xk = xb.block(a, c, m, k);
-        const auto gk = gamma.block(0, c, 1, k), bk = beta.block(0, c, 1, k);
+        const auto gk = gamma.block(0, c, 1, k);  // gamma and beta may differ in format
+        const auto bk = beta.block(0, c, 1, k);
         if (scaled) {
           vector::map(
               to,
