@@ -1420,7 +1420,10 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
 // process, medians of 21 rounds, two to three runs, time with pairs over time without: layernorm
 // fp32 1576 x 768 0.97-0.98, 1576 x 2048 0.90-0.98, 512 x 4096 0.92-0.94; with the row passes
 // taken for bf16 too (as on Intel processors) 0.89-0.92 and 0.79-0.85; rmsnorm fp32 0.98-1.00,
-// 0.95-0.98, bf16 0.93-0.95, 0.82 (CONTRIBUTING.md, stop 68). The bits are the same.
+// 0.95-0.98, bf16 0.93-0.95, 0.82 (CONTRIBUTING.md, stop 68); at stop 69, the shared sources read
+// through one cursor (map_row), layernorm fp32 1576 x 768 1.01-1.04, 512 x 4096 0.90, bf16 with
+// the row passes 1.00-1.06 and 0.80-0.81, rmsnorm bf16 512 x 4096 0.82: within the noise at the
+// bench's 1576 x 768, faster on longer rows. The bits are the same.
 // A Streamed destination is written with non-temporal stores over the whole 64-byte lines of each
 // row, and with plain stores before and after them (split_at_lines: each row's map in three
 // pieces, the lines' with the map's blocks, the others element by element in order); it is not
