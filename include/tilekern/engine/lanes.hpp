@@ -1416,14 +1416,11 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
 // go two at a time instead: the sums of both rows (each followed by its keep where the lag is 0),
 // then their map as one group (map_row with Rows 2), prefetching the next two rows; the lag is
 // then two rows, where four rows of both fit in write_ahead_bytes. A row that keep leaves is not
-// mapped, and its partner is mapped alone. On a 2-core AMD EPYC (Zen 5), two libraries in one
-// process, medians of 21 rounds, two to three runs, time with pairs over time without: layernorm
-// fp32 1576 x 768 0.97-0.98, 1576 x 2048 0.90-0.98, 512 x 4096 0.92-0.94; with the row passes
-// taken for bf16 too (as on Intel processors) 0.89-0.92 and 0.79-0.85; rmsnorm fp32 0.98-1.00,
-// 0.95-0.98, bf16 0.93-0.95, 0.82 (CONTRIBUTING.md, stop 68); at stop 69, the shared sources read
-// through one cursor (map_row), layernorm fp32 1576 x 768 1.01-1.04, 512 x 4096 0.90, bf16 with
-// the row passes 1.00-1.06 and 0.80-0.81, rmsnorm bf16 512 x 4096 0.82: within the noise at the
-// bench's 1576 x 768, faster on longer rows. The bits are the same.
+// mapped, and its partner is mapped alone. The bits are the same. On a 2-core AMD EPYC (Zen 5),
+// two libraries in one process, medians of 21 rounds, time with pairs over time without: at
+// 1576 x 768 within the noise (layernorm fp32 0.97-1.04, bf16 with the row passes, as Intel
+// processors take them, 0.89-1.06), on longer rows faster (512 x 4096: layernorm fp32 0.90-0.94,
+// bf16 0.79-0.85; rmsnorm bf16 0.82; CONTRIBUTING.md, stops 68 and 69).
 // A Streamed destination is written with non-temporal stores over the whole 64-byte lines of each
 // row, and with plain stores before and after them (split_at_lines: each row's map in three
 // pieces, the lines' with the map's blocks, the others element by element in order); it is not
