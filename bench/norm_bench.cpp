@@ -24,6 +24,10 @@
 //   err          the largest |y - y_ref| / max(|y_ref|, 1) against reference::layernorm or
 //                reference::rmsnorm (fp64, on the decoded inputs), over every element, computed
 //                once before the timed loop (forward only)
+//   plain_frac   at 1576x768, when built with AVX512-BF16: the time of a plain loop that does
+//                strictly less than the kernel (support/plain.hpp: one fp32 statistics pass
+//                without a shift, no NaN or subnormal care), timed alongside, over tilekern's time;
+//                plain_memcpy_frac is its memcpy_frac, plain_err its err
 // Times are the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), as in softmax_bench.cpp: on
 // this shared 2-core machine the wall clock mostly measures waiting to be scheduled. Every call
 // timed is single-threaded (oneDNN included: support/baselines.hpp). Every iteration times the
@@ -43,6 +47,7 @@
 #include <vector>
 
 #include "support/baselines.hpp"
+#include "support/plain.hpp"
 #include "support/tensors.hpp"
 #include "support/timing.hpp"
 #include "tilekern/kernels/layernorm.hpp"
@@ -74,8 +79,30 @@ double largest_error(const std::vector<T>& y, const std::vector<double>& want) {
 
 enum class norm { layer, rms };
 
+// The plain loop of a layernorm or rmsnorm (support/plain.hpp), writing y; empty where this build
+// or the shape has none.
 template <class T>
-void forward(benchmark::State& state, norm kind, std::size_t rows, std::size_t cols) {
+std::function<void()> plain_of(norm kind, const std::vector<T>& x, const std::vector<float>& gamma,
+                               const std::vector<float>& beta, std::vector<T>& y, std::size_t rows,
+                               std::size_t cols, float eps) {
+#if defined(__AVX512BF16__)
+  if (bench::plain_fits(rows, cols)) {
+    return [=, &x, &gamma, &beta, &y] {
+      if (kind == norm::layer) {
+        bench::plain_norm<true>(x.data(), gamma.data(), beta.data(), y.data(), rows, cols, eps);
+      } else {
+        bench::plain_norm<false>(x.data(), gamma.data(), beta.data(), y.data(), rows, cols, eps);
+      }
+    };
+  }
+#endif
+  (void)kind, (void)x, (void)gamma, (void)beta, (void)y, (void)rows, (void)cols, (void)eps;
+  return nullptr;
+}
+
+template <class T>
+void forward(benchmark::State& state, norm kind, std::size_t rows, std::size_t cols,
+             bool with_plain) {
   const std::size_t calls = bench::calls_per_piece(rows * cols);
   constexpr float eps = 1e-5f;
   const std::vector<T> x = normal_tensor<T>(rows * cols, 42);
@@ -92,7 +119,10 @@ void forward(benchmark::State& state, norm kind, std::size_t rows, std::size_t c
     }
   };
 
-  // The error against the fp64 reference, once, outside the timed loop.
+  const std::function<void()> plain =
+      with_plain ? plain_of(kind, x, gamma, beta, y, rows, cols, eps) : nullptr;
+
+  // The errors against the fp64 reference, once, outside the timed loop.
   once();
   {
     const std::vector<double> x64 = decoded(x), gamma64 = decoded(gamma), beta64 = decoded(beta);
@@ -104,6 +134,10 @@ void forward(benchmark::State& state, norm kind, std::size_t rows, std::size_t c
       reference::rmsnorm(x64v, gamma64, eps, view<double>(want.data(), rows, cols));
     }
     state.counters["err"] = largest_error(y, want);
+    if (plain) {
+      plain();
+      state.counters["plain_err"] = largest_error(y, want);
+    }
   }
 
   const std::size_t bytes = rows * cols * sizeof(T);
@@ -118,13 +152,19 @@ void forward(benchmark::State& state, norm kind, std::size_t rows, std::size_t c
     if (onednn) others.push_back(bench::repeated(calls, [&] { onednn->run(); }));
   }
 #endif
+  const std::size_t plain_at = others.size();
+  if (plain) others.push_back(bench::repeated(calls, plain));
   double seconds = 0;
   const auto ratios = time_against(state, bench::repeated(calls, once), others, seconds);
   const std::size_t vectors = (kind == norm::layer ? 2 : 1) * cols * sizeof(float);
   const auto iterations = static_cast<double>(state.iterations() * calls);
   state.counters["GBps"] = static_cast<double>(2 * bytes + vectors) * iterations / seconds * 1e-9;
   state.counters["memcpy_frac"] = ratios[0];
-  if (ratios.size() > 1) state.counters["onednn_frac"] = ratios[1];
+  if (plain_at > 1) state.counters["onednn_frac"] = ratios[1];
+  if (plain) {
+    state.counters["plain_frac"] = ratios[plain_at];
+    state.counters["plain_memcpy_frac"] = ratios[0] / ratios[plain_at];
+  }
   if (calls > 1) state.counters["call_ns"] = seconds / iterations * 1e9;
 }
 
@@ -162,13 +202,15 @@ void add(const std::string& name, std::function<void(benchmark::State&)> body) {
 
 template <class T>
 void register_format() {
-  constexpr std::size_t shapes[][2] = {{1576, 768}, {4096, 4096}, {1, 768}};
+  // rows, cols, and whether the plain loop is timed (not where y streams: support/plain.hpp)
+  constexpr std::size_t shapes[][3] = {{1576, 768, 1}, {4096, 4096, 0}, {1, 768, 0}};
   for (const norm kind : {norm::layer, norm::rms}) {
     const std::string name = kind == norm::layer ? "layernorm" : "rmsnorm";
     for (const auto& shape : shapes) {
       const std::size_t rows = shape[0], cols = shape[1];
+      const bool with_plain = shape[2] != 0;
       add(name + "/" + name_of<T>() + "/" + std::to_string(rows) + "x" + std::to_string(cols),
-          [=](benchmark::State& state) { forward<T>(state, kind, rows, cols); });
+          [=](benchmark::State& state) { forward<T>(state, kind, rows, cols, with_plain); });
     }
     add(name + "_bwd/" + name_of<T>() + "/1576x768",
         [=](benchmark::State& state) { backward<T>(state, kind, 1576, 768); });

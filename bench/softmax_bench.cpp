@@ -15,6 +15,12 @@
 //   memcpy_frac  memcpy time / tilekern time: a memcpy of x's bytes into y's buffer
 //   onednn_frac  oneDNN softmax (softmax_accurate, same format, one thread) time / tilekern time;
 //                only when the build found oneDNN (TILEKERN_HAVE_ONEDNN)
+//   err          the largest |y - y_ref| / y_ref against reference::softmax (fp64, on the decoded
+//                inputs), over every element, computed once before the timed loop (forward only)
+//   plain_frac   at 1576x768, when built with AVX512-BF16: the time of a plain loop
+//                (support/plain.hpp: a polynomial exponential without a table, no NaN, huge-row or
+//                subnormal care), timed alongside, over tilekern's time; plain_memcpy_frac is its
+//                memcpy_frac, plain_err its err
 // Times are the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), not the wall clock: on this
 // shared 2-core machine other jobs often hold both cores, and wall time then mostly measures how
 // long the thread waited to be scheduled (3-5x the CPU time, run to run). Every call timed is
@@ -25,6 +31,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <functional>
 #include <string>
@@ -32,25 +40,67 @@
 #include <vector>
 
 #include "support/baselines.hpp"
+#include "support/plain.hpp"
 #include "support/tensors.hpp"
 #include "support/timing.hpp"
 #include "tilekern/kernels/softmax.hpp"
+#include "tilekern/reference/softmax.hpp"
 #include "tilekern/simd/convert.hpp"
 #include "tilekern/types/formats.hpp"
 
 namespace tilekern {
 namespace {
 
+using bench::decode;
 using bench::name_of;
 using bench::normal_tensor;
 using bench::time_against;
 
+// The largest |y - want| / want (want > 0: every softmax output of these inputs).
 template <class T>
-void forward(benchmark::State& state, std::size_t rows, std::size_t cols) {
+double largest_error(const std::vector<T>& y, const std::vector<double>& want) {
+  double worst = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    worst = std::max(worst, std::abs(decode(y[i]) - want[i]) / want[i]);
+  }
+  return worst;
+}
+
+// The plain loop (support/plain.hpp), writing y; empty where this build or the shape has none.
+template <class T>
+std::function<void()> plain_of(const std::vector<T>& x, std::vector<T>& y, std::size_t rows,
+                               std::size_t cols) {
+#if defined(__AVX512BF16__)
+  if (bench::plain_fits(rows, cols)) {
+    return [=, &x, &y] { bench::plain_softmax(x.data(), y.data(), rows, cols); };
+  }
+#endif
+  (void)x, (void)y, (void)rows, (void)cols;
+  return nullptr;
+}
+
+template <class T>
+void forward(benchmark::State& state, std::size_t rows, std::size_t cols, bool with_plain) {
   const std::vector<T> x = normal_tensor<T>(rows * cols, 42);
   std::vector<T> y(rows * cols);
   const view<const T> xv(x.data(), rows, cols);
   const view<T> yv(y.data(), rows, cols);
+  const std::function<void()> plain = with_plain ? plain_of(x, y, rows, cols) : nullptr;
+
+  // The errors against the fp64 reference, once, outside the timed loop.
+  softmax(xv, yv);
+  {
+    const std::vector<double> x64 = bench::decoded(x);
+    std::vector<double> want(rows * cols);
+    reference::softmax(view<const double>(x64.data(), rows, cols), 1.0,
+                       view<double>(want.data(), rows, cols));
+    state.counters["err"] = largest_error(y, want);
+    if (plain) {
+      plain();
+      state.counters["plain_err"] = largest_error(y, want);
+    }
+  }
+
   const std::size_t bytes = rows * cols * sizeof(T);
   const std::size_t calls = bench::calls_per_piece(rows * cols);
   std::vector<std::function<void()>> others = {
@@ -61,13 +111,19 @@ void forward(benchmark::State& state, std::size_t rows, std::size_t cols) {
       x.data(), y.data());
   if (onednn) others.push_back(bench::repeated(calls, [&] { onednn->run(); }));
 #endif
+  const std::size_t plain_at = others.size();
+  if (plain) others.push_back(bench::repeated(calls, plain));
   double seconds = 0;
   const auto ratios =
       time_against(state, bench::repeated(calls, [&] { softmax(xv, yv); }), others, seconds);
   const auto iterations = static_cast<double>(state.iterations() * calls);
   state.counters["GBps"] = 2.0 * static_cast<double>(bytes) * iterations / seconds * 1e-9;
   state.counters["memcpy_frac"] = ratios[0];
-  if (ratios.size() > 1) state.counters["onednn_frac"] = ratios[1];
+  if (plain_at > 1) state.counters["onednn_frac"] = ratios[1];
+  if (plain) {
+    state.counters["plain_frac"] = ratios[plain_at];
+    state.counters["plain_memcpy_frac"] = ratios[0] / ratios[plain_at];
+  }
   if (calls > 1) state.counters["call_ns"] = seconds / iterations * 1e9;
 }
 
@@ -97,11 +153,13 @@ void add(const std::string& name, std::function<void(benchmark::State&)> body) {
 
 template <class T>
 void register_format() {
-  constexpr std::size_t shapes[][2] = {{1576, 768}, {4096, 4096}, {1, 768}};
+  // rows, cols, and whether the plain loop is timed (not where y streams: support/plain.hpp)
+  constexpr std::size_t shapes[][3] = {{1576, 768, 1}, {4096, 4096, 0}, {1, 768, 0}};
   for (const auto& shape : shapes) {
     const std::size_t rows = shape[0], cols = shape[1];
+    const bool with_plain = shape[2] != 0;
     add("softmax/" + name_of<T>() + "/" + std::to_string(rows) + "x" + std::to_string(cols),
-        [=](benchmark::State& state) { forward<T>(state, rows, cols); });
+        [=](benchmark::State& state) { forward<T>(state, rows, cols, with_plain); });
   }
   add("softmax_bwd/" + name_of<T>() + "/1576x768",
       [](benchmark::State& state) { backward<T>(state, 1576, 768); });
