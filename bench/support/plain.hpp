@@ -4,7 +4,9 @@
 // timed in the same run as tilekern's kernel and memcpy (bench/norm_bench.cpp,
 // bench/softmax_bench.cpp). What memcpy_frac they reach shows what a memcpy_frac target asks of
 // this machine: each reads each row of x from memory once and writes y once, as any kernel must,
-// and does less than the library's kernel (for the norms, strictly less).
+// and leaves out every guarantee of the library's beyond the arithmetic (the norms do strictly
+// less work than tilekern's; softmax's float exponential, a polynomial alone, takes more
+// operations than tilekern's, which starts from a table: kernels/softmax.hpp).
 //
 //   plain_norm<centred>(x, gamma, beta, y, rows, cols, eps)   x and y both bf16 or both float,
 //                                  gamma and beta float; layernorm when centred, else rmsnorm
@@ -27,8 +29,7 @@
 // - plain_softmax: the row's max; then e = 2^(x log2(e) - max log2(e)), one FMA, a rounding
 //   (vrndscaleps), a subtraction, a polynomial for 2^f on [-1/2, 1/2] (bf16: degree 3, relative
 //   error 1.0e-4; float: degree 6, 1.9e-8; interpolated at Chebyshev nodes) and vscalefps, summed
-//   and kept in an fp32 row; then y = e * (1 / sum). No guard for huge rows; but no table either,
-//   so tilekern's float exponential (kernels/softmax.hpp) takes fewer operations.
+//   and kept in an fp32 row; then y = e * (1 / sum), with no guard for huge rows.
 // They write y with ordinary stores: where y streams (tilekern's kernels use non-temporal stores
 // from stream_threshold(), 4096 x 4096 among the benchmarks' shapes) the comparison says little,
 // and the benchmarks time them at 1576 x 768 alone.
@@ -275,13 +276,15 @@ template <class T>
     }
     const __m512 inverse = _mm512_set1_ps(1.0f / d::lane_sum(_mm512_add_ps(sum0, sum1)));
     const element* const next = r + 1 < rows ? from + cols : nullptr;
+    const auto product = [&](std::size_t at) {
+      return _mm512_mul_ps(_mm512_loadu_ps(e.data() + at), inverse);
+    };
     for (std::size_t c = 0; c < cols; c += line) {
       if (next != nullptr) _mm_prefetch(reinterpret_cast<const char*>(next + c), _MM_HINT_T0);
-      const __m512 even = _mm512_mul_ps(_mm512_loadu_ps(e.data() + c), inverse);
       if constexpr (narrow) {
-        d::encode(to + c, even, _mm512_mul_ps(_mm512_loadu_ps(e.data() + c + 16), inverse));
+        d::encode(to + c, product(c), product(c + 16));
       } else {
-        _mm512_storeu_ps(to + c, even);
+        _mm512_storeu_ps(to + c, product(c));
       }
     }
   }
