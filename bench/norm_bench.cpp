@@ -160,7 +160,7 @@ void forward(benchmark::State& state, norm kind, std::size_t rows, std::size_t c
   const auto iterations = static_cast<double>(state.iterations() * calls);
   state.counters["GBps"] = static_cast<double>(2 * bytes + vectors) * iterations / seconds * 1e-9;
   state.counters["memcpy_frac"] = ratios[0];
-  if (plain_at > 1) state.counters["onednn_frac"] = ratios[1];
+  if (plain_at > 1) state.counters["onednn_frac"] = ratios[1];  // others[1]: oneDNN, where it ran
   if (plain) {
     state.counters["plain_frac"] = ratios[plain_at];
     state.counters["plain_memcpy_frac"] = ratios[0] / ratios[plain_at];

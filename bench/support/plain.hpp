@@ -152,9 +152,10 @@ template <bool centred, class T>
   namespace d = plain_detail;
   static_assert(std::is_same_v<T, bf16> || std::is_same_v<T, float>);
   constexpr bool narrow = std::is_same_v<T, bf16>;
-  // bf16: gamma and beta's even and odd columns apart, as the decoded lanes take them
+  // bf16: gamma and beta's even and odd columns apart, as the decoded lanes take them (float reads
+  // gamma and beta as they are; split is there only so that the pointers below are valid)
   const std::size_t half = cols / 2;
-  std::vector<float> split(narrow ? 4 * half : 0);
+  std::vector<float> split(4 * half);
   for (std::size_t c = 0; narrow && c < cols; ++c) {
     split[(c % 2) * half + c / 2] = gamma[c];
     split[(2 + c % 2) * half + c / 2] = centred ? beta[c] : 0.0f;

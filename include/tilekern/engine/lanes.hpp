@@ -1487,7 +1487,7 @@ void reduce_then_map_rows(const destination<Out, Streamed>& to, const Sums& sums
                         }
                         if (lag == 0) map[j] = keep(r + j);
                       }
-                      // While it maps, the next rows it sums.
+                      // While it maps, it prefetches the next rows to sum.
                       const auto next =
                           prefetch_pages(first + std::min(r + step, rows - 1) * row_step, cols);
                       if constexpr (grouped) {
