@@ -164,13 +164,12 @@ class row_passes_everywhere {
 
 // layernorm and rmsnorm run a row's passes one after the other where they can (row_passes():
 // rows of up to norm_chunk columns, or of 2 to norm_row_pass_chunks whole chunks stored one after
-// another; for layernorm at least 64; a streamed y, and rows of one chunk of a format narrower than
-// float, on Intel processors only: norm_row_passes, which row_passes_everywhere makes take them on
-// AMD's too) and leave the other rows to the passes over blocks of rows: the same bits as those
-// passes on every row (set_row_passes(false)), with the rows of second tries above among them.
-// Rows of 2048 to 8192 columns are summed a chunk at a time; 1025 and 9216 columns take only the
-// block passes.
-// softmax takes every row so, its output streamed or not.
+// another; for layernorm at least 64; layernorm's streamed y, and rows of one chunk of a format
+// narrower than float, on Intel processors only: norm_row_passes, which row_passes_everywhere
+// makes take them on AMD's too) and leave the other rows to the passes over blocks of rows: the
+// same bits as those passes on every row (set_row_passes(false)), with the rows of second tries
+// above among them. Rows of 2048 to 8192 columns are summed a chunk at a time; 1025 and 9216
+// columns take only the block passes. softmax takes every row so, its output streamed or not.
 template <class T>
 void same_bits_row_by_row(const char* format) {
   for (const std::size_t cols :
@@ -251,8 +250,8 @@ std::string cpuinfo_vendor() {
   return "";
 }
 
-// Which rows layernorm and rmsnorm take by rows (norm_row_passes): on AMD processors neither a
-// streamed y nor rows of one chunk of a format narrower than float; everywhere under
+// Which rows layernorm and rmsnorm take by rows (norm_row_passes): on AMD processors neither
+// layernorm's streamed y nor rows of one chunk of a format narrower than float; everywhere under
 // row_passes_everywhere (so that same_bits_row_by_row above compares the row passes there too);
 // nowhere with set_row_passes(false).
 TEST_CASE("the row passes' choice by vendor") {
@@ -262,6 +261,9 @@ TEST_CASE("the row passes' choice by vendor") {
   CHECK(detail::norm_row_passes(false, sizeof(bf16), 768) == !amd);
   CHECK(detail::norm_row_passes(false, sizeof(fp8_e4m3), 1024) == !amd);
   CHECK(detail::norm_row_passes(true, sizeof(float), 4096) == !amd);
+  CHECK(detail::norm_row_passes(true, sizeof(float), 4096, /*centred=*/false));
+  CHECK(detail::norm_row_passes(true, sizeof(bf16), 4096, /*centred=*/false));
+  CHECK(detail::norm_row_passes(true, sizeof(bf16), 768, /*centred=*/false) == !amd);
   {
     const row_passes_everywhere on_any_vendor;
     CHECK(detail::norm_row_passes(false, sizeof(bf16), 768));
@@ -270,6 +272,15 @@ TEST_CASE("the row passes' choice by vendor") {
     CHECK_FALSE(detail::norm_row_passes(false, sizeof(float), 768));
   }
   CHECK(detail::norm_row_passes(false, sizeof(bf16), 768) == !amd);
+}
+
+// How far ahead the row passes prefetch (long_row_lead): two steps of rows of 8 KiB or more on AMD
+// processors, else one.
+TEST_CASE("the row passes' prefetch lead by vendor") {
+  const bool amd = detected_cpu_features().amd;
+  CHECK(detail::long_row_lead(std::size_t{8} << 10) == (amd ? 2 : 1));
+  CHECK(detail::long_row_lead(std::size_t{64} << 10) == (amd ? 2 : 1));
+  CHECK(detail::long_row_lead((std::size_t{8} << 10) - 1) == 1);
 }
 
 TEST_CASE("non-temporal stores by default from 16 MiB") {

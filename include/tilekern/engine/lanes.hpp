@@ -945,17 +945,37 @@ struct prefetch_row {
 template <class T>
 prefetch_row(const T*) -> prefetch_row<T>;  // clang 14 deduces no aggregate's arguments
 
-// A row of `cols` elements from `row` on to prefetch a page at a time in turn: one stream for each
-// whole 4 KiB of it, up to 8 (a power of two), so that the next row's pages are fetched from
-// memory together rather than one after another; one stream (the row in order) below 8 KiB. On a
-// 2-core Intel Xeon with AMX, layernorm and rmsnorm at 4096 x 4096 (rows of 16 KiB in fp32, four
-// streams; 8 KiB in bf16, two) ran 1.07-1.31 times as fast so (reduce_then_map_rows below;
-// CONTRIBUTING.md, stop 61).
+// Rows of `cols` elements to prefetch a page at a time in turn (pages(row) for each row): one
+// stream for each whole 4 KiB of a row, up to 8 (a power of two), so that the next row's pages are
+// fetched from memory together rather than one after another; one stream (the row in order) below
+// 8 KiB, and on AMD processors. On a 2-core Intel Xeon with AMX, layernorm and rmsnorm at
+// 4096 x 4096 (rows of 16 KiB in fp32, four streams; 8 KiB in bf16, two) ran 1.07-1.31 times as
+// fast so (reduce_then_map_rows below; CONTRIBUTING.md, stop 61). On a 2-core AMD EPYC (Zen 5) the
+// streams' addresses cost more than they gained (stop 71, with long_row_lead below). Made once
+// per call: the vendor looked up for each row cost layernorm fp32 1576 x 768 5% there.
 template <class T>
-prefetch_row<T> prefetch_pages(const T* row, std::size_t cols) {
-  const std::size_t pages = std::clamp<std::size_t>(cols * sizeof(T) / 4096, 1, 8);
-  const std::size_t shift = std::bit_width(pages) - 1;  // 2^shift streams: pages, rounded down
-  return {row, shift, cols >> shift};
+class prefetch_pages {
+ public:
+  explicit prefetch_pages(std::size_t cols) {
+    const std::size_t pages = std::clamp<std::size_t>(cols * sizeof(T) / 4096, 1, 8);
+    if (!detected_cpu_features().amd) shift_ = std::bit_width(pages) - 1;  // pages, rounded down
+    stride_ = cols >> shift_;
+  }
+  prefetch_row<T> operator()(const T* row) const { return {row, shift_, stride_}; }
+
+ private:
+  std::size_t shift_ = 0, stride_ = 0;  // 2^shift_ streams, stride_ elements apart
+};
+// How many steps of rows ahead reduce_then_map_rows prefetches while it maps, for rows of
+// `row_bytes` of its first reduce operand: two where a row has 8 KiB or more on AMD processors,
+// else one (the next rows to sum).
+// On a 2-core AMD EPYC (Zen 5), one stream (prefetch_pages) and two steps ahead took rmsnorm's row
+// passes at 4096 x 4096, streamed, 0.76-0.95 of the time of the block passes (one stream and one
+// step 0.88-0.97); layernorm and rmsnorm at 512 x 4096, 1024 x 2048 and 256 x 8192 took 0.90-1.00
+// of their time with the page streams and one step (a timing program, two libraries in one
+// process, medians of 7 to 9 rounds; CONTRIBUTING.md, stop 71).
+inline std::size_t long_row_lead(std::size_t row_bytes) {
+  return row_bytes >= (std::size_t{8} << 10) && detected_cpu_features().amd ? 2 : 1;
 }
 // Both prefetches with each block (a group of two rows, map_row, prefetching the next two; and
 // softmax's products: kernels/softmax.hpp).
@@ -1394,7 +1414,8 @@ void map_rows(const destination<Out, Streamed>& to, const Sums& sums, F&& f,
 // (Cascade Lake), layernorm and rmsnorm in fp32 and bf16 ran 1.07-1.21 times as fast so at
 // 4096 x 4096 and 1.04-1.28 at 1576 x 768 (medians of 5 to 7 rounds alternating the two). A row of
 // 8 KiB or more it prefetches by its pages in turn (prefetch_pages): layernorm fp32 at 4096 x 4096
-// on a 2-core Intel Xeon with AMX 1.13 times as fast again, rmsnorm 1.31.
+// on a 2-core Intel Xeon with AMX 1.13 times as fast again, rmsnorm 1.31. (On AMD processors: in
+// order, and two steps ahead, long_row_lead.)
 // While it reduces row r, it prefetches row r of `to` for writing (one prefetch a block), so that
 // the map's stores find their lines in L1, where a row of `to` and one of the first reduce operand
 // fit in write_ahead_bytes together (half of a 32 KiB L1). The bench on the same machine, two sets
@@ -1472,6 +1493,8 @@ void reduce_then_map_rows(const destination<Out, Streamed>& to, const Sums& sums
                     std::size_t step = 1;
                     if constexpr (grouped) step = shared_rows(mapping...) ? 2 : 1;
                     const std::size_t lag = 2 * step * row_bytes <= write_ahead_bytes ? step : 0;
+                    const std::size_t lead = long_row_lead(cols * sizeof(*first)) * step;
+                    const prefetch_pages<std::remove_cvref_t<decltype(*first)>> pages(cols);
                     for (std::size_t r = 0; r < rows + lag; r += step) {
                       const std::size_t m = r - lag;  // the first row mapped, where r >= lag
                       bool map[2] = {false, false};
@@ -1487,13 +1510,13 @@ void reduce_then_map_rows(const destination<Out, Streamed>& to, const Sums& sums
                         }
                         if (lag == 0) map[j] = keep(r + j);
                       }
-                      // While it maps, it prefetches the next rows to sum.
-                      const auto next =
-                          prefetch_pages(first + std::min(r + step, rows - 1) * row_step, cols);
+                      // While it maps, it prefetches the rows `lead` on: the next rows to sum,
+                      // or the ones after them (long_row_lead).
+                      const auto next = pages(first + std::min(r + lead, rows - 1) * row_step);
                       if constexpr (grouped) {
                         if (map[0] && map[1]) {
                           const auto after =
-                              prefetch_pages(first + std::min(r + 3, rows - 1) * row_step, cols);
+                              pages(first + std::min(r + lead + 1, rows - 1) * row_step);
                           map_row<false, combine::sum, 2>(
                               d, map_blocks, out, column_out{nullptr, 0}, map_f,
                               prefetch_both{next, after}, m, blocked, mapping...);

@@ -44,7 +44,8 @@
 // Intel processors, with non-temporal stores over the whole 64-byte lines of its rows
 // (engine/lanes.hpp, reduce_then_map_rows): on a 2-core Intel Xeon with AMX at 4096 x 4096,
 // bf16 1.14-1.28 times as fast, fp32 1.20-1.26 (CONTRIBUTING.md, stop 56). On AMD processors it
-// takes the block passes, which stream faster there (norm_row_passes in rmsnorm.hpp; stop 57), as
+// takes the block passes, which stream faster there (norm_row_passes in rmsnorm.hpp; stops 57 and
+// 71; rmsnorm's streamed y takes the row passes there), as
 // do rows of one chunk of a format narrower than float (bf16 on a Zen 5, 1576 x 768: 1.2 times as
 // fast so; stop 65). The row passes against the block passes, measured on a 2-core Intel Xeon
 // (Cascade Lake), medians of 5 to 9 rounds alternating the two, x and y in L3 or beyond: 1576 x 768

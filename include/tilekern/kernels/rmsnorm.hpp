@@ -30,9 +30,9 @@
 // once for both: engine/lanes.hpp, reduce_then_map_rows). A row whose sum needs the
 // scale below is left to the steps above, run over the runs of such rows. The bits are the same
 // either way (tests/kernels/blocks_test.cpp); set_row_passes(false) (simd/isa.hpp) turns the
-// row passes off. A streamed y takes them too on Intel processors, with non-temporal stores over
-// its rows' lines, and the block passes on AMD's, as do rows of one chunk of a format narrower
-// than float there (norm_row_passes below).
+// row passes off. A streamed y takes them too, with non-temporal stores over its rows' lines (on
+// AMD processors since stop 71, where layernorm's takes the block passes); rows of one chunk of a
+// format narrower than float take the block passes on AMD's (norm_row_passes below).
 // The row passes measured as layernorm's (layernorm.hpp): 4096 x 4096 fp32 1.09-1.12 times as fast
 // as the block passes, bf16 1.01-1.09; 8192 x 2048 and 2048 x 8192 1.01-1.05 (before the
 // prefetches: the next row's adds 1.08-1.21 at 4096 x 4096 and 1.04-1.28 at 1576 x 768, y's
@@ -406,14 +406,20 @@ void norm_runs(view<const float> scale, Body&& body) {
       scale.rows(), [&](std::size_t r) { return scale(r, 0) != 1.0f; }, body);
 }
 
-// Whether layernorm and rmsnorm take the row passes (row_passes()), for a y that streams or not
-// and an x of `x_bytes` an element and `cols` columns. On Intel processors they do. On AMD's they
-// take the block passes where y streams, or where x's rows are one chunk (norm_chunk) of a format
-// narrower than float:
-// - Streamed, at 4096 x 4096 on a 2-core AMD EPYC (Zen 4), the row passes ran 0.73-0.91 times as
-//   fast as the block passes. On an Intel Xeon with AMX the block passes streamed ran 0.86-0.87
-//   times as fast as the row passes with plain stores, and the row passes streamed 1.14-1.38
-//   times (CONTRIBUTING.md, stops 55 to 57).
+// Whether layernorm (centred) and rmsnorm take the row passes (row_passes()), for a y that streams
+// or not and an x of `x_bytes` an element and `cols` columns. On Intel processors they do. On
+// AMD's they take the block passes where x's rows are one chunk (norm_chunk) of a format narrower
+// than float, and layernorm where y streams:
+// - Streamed, at 4096 x 4096 on a 2-core AMD EPYC (Zen 5), rmsnorm by rows (one prefetch stream
+//   and two steps ahead: prefetch_pages and long_row_lead in engine/lanes.hpp) took 0.83-0.87 of
+//   the block passes' time in bf16 and 0.93-0.95 in fp32 with x and y 16 bytes past a line, as the
+//   bench's are, and 0.74-0.75 and 0.85-0.89 on lines; layernorm by rows took 1.10-1.17 (bf16) and
+//   1.15 (fp32) past a line, 0.96 and 1.13 on lines (a timing program, two libraries in one
+//   process, medians of 7 rounds; stop 71).
+// - Streamed, at 4096 x 4096 on a 2-core AMD EPYC (Zen 4), the row passes, then prefetching by
+//   pages one step ahead, ran 0.73-0.91 times as fast as the block passes. On an Intel Xeon with
+//   AMX the block passes streamed ran 0.86-0.87 times as fast as the row passes with plain stores,
+//   and the row passes streamed 1.14-1.38 times (CONTRIBUTING.md, stops 55 to 57).
 // - One chunk of bf16, on a 2-core AMD EPYC (Zen 5): the block passes took 0.72-0.84 of the row
 //   passes' time at 1576 x 768, 1576 x 1024 and 512 x 768 (layernorm and rmsnorm), and in the
 //   bench, three runs alternating the two builds, layernorm bf16 1576 x 768 ran 1.30-1.32 times
@@ -428,9 +434,10 @@ inline std::atomic<bool>& norm_row_passes_everywhere() {
   static std::atomic<bool> on{false};
   return on;
 }
-inline bool norm_row_passes(bool streamed, std::size_t x_bytes, std::size_t cols) {
+inline bool norm_row_passes(bool streamed, std::size_t x_bytes, std::size_t cols,
+                            bool centred = true) {
   if (!detected_cpu_features().amd || norm_row_passes_everywhere().load()) return row_passes();
-  return row_passes() && !streamed && (x_bytes >= sizeof(float) || cols > norm_chunk);
+  return row_passes() && (!streamed || !centred) && (x_bytes >= sizeof(float) || cols > norm_chunk);
 }
 
 // body(the destination of the row passes over `rows`, whole rows of y from element `first` on):
@@ -520,7 +527,8 @@ void rmsnorm_views(view<const X> x, view<const G> gamma, view<Y> y, float eps,
   const std::size_t block = std::min(rows, norm_block_rows<X>(cols));
   const bool streamed = streams(y);
   // The chunk-rows the row passes read each row of x as (norm_row_chunks); 0: no row passes.
-  const std::size_t q = norm_row_passes(streamed, sizeof(X), cols) ? norm_row_chunks(x) : 0;
+  const std::size_t q =
+      norm_row_passes(streamed, sizeof(X), cols, /*centred=*/false) ? norm_row_chunks(x) : 0;
   // every value written before it is read
   norm_scratch<float, 16> columns(std::max<std::size_t>(3, q + 1) * block + 1);
   norm_scratch<double, 4> sums(block);

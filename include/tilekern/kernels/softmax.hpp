@@ -31,10 +31,11 @@
 // (softmax_rows below), the row's exponentials in one row of fp32 scratch (or in y's row when y
 // is float and not streamed), so that the later passes read the row from L1; with a mask the
 // scores pass also finds the row's max. While it takes a row's exponentials it prefetches the next
-// row of x (a row of 8 KiB or more by its pages in turn: prefetch_pages, engine/lanes.hpp), and
-// the row of y for writing (a float y not streamed: the next row, into which the next
-// exponentials go), so that reading x and writing y from memory overlap exp's arithmetic, where
-// the block passes wait for each in turn. The bits are the same either way
+// row of x (on Intel processors a row of 8 KiB or more by its pages in turn: prefetch_pages,
+// engine/lanes.hpp; on AMD's in order: softmax bf16 at 4096 x 4096 so took 0.83-0.92 of the time
+// on a Zen 5, stop 71), and the row of y for writing (a float y not streamed: the next row, into
+// which the next exponentials go), so that reading x and writing y from memory overlap exp's
+// arithmetic, where the block passes wait for each in turn. The bits are the same either way
 // (tests/kernels/blocks_test.cpp). On a 2-core Intel Xeon with AVX512-BF16 (Emerald Rapids
 // class), the bench built with and without them, seven rounds alternating the two (medians of 3
 // runs each): bf16 1576 x 768 1.05-1.13 times as fast (median 1.11), 4096 x 4096 1.42-1.64
@@ -378,7 +379,7 @@ struct products_along {
 // softmax of x into y row by row: the three passes of softmax_views over one row, the next row's
 // max coming between its exponentials and its products, the row's exponentials in a row of fp32
 // scratch (or in y's row when y is float and not streamed), all of them in L1; while it takes a
-// row's exponentials it prefetches the next row of x (by its pages: prefetch_pages), and the next
+// row's exponentials it prefetches the next row of x (prefetch_pages), and the next
 // row of y to be written (this row, or where the exponentials go into y the next), so that the
 // reads and writes of memory overlap the arithmetic of exp. Streamed: the products go to the whole
 // 64-byte lines of y's rows with non-temporal stores, and y is not prefetched. Where y is float or
@@ -433,6 +434,7 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
     const lane_store<float, D> work_out(d, destination<float>{work});
     const lane_store<no_output, D> nothing(
         d, destination<no_output>{view<no_output>(nullptr, rows, cols)});
+    const prefetch_pages<X> pages(cols);
     // maximum = the max of row r's scores (with a mask, the scores also into work's row `at`).
     // map_row takes one row index for its sources and its destination: where work is scratch
     // (at r % scratch_rows), the sources are moved down by r - at rows, so that their row at is
@@ -504,7 +506,7 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
       // written (this one's product, or the next row's exponentials where they go into y).
       const std::size_t next = std::min(r + 1, rows - 1);
       const prefetch_both ahead{
-          prefetch_pages(x.row(next).data(), cols),
+          pages(x.row(next).data()),
           prefetch_both{prefetch_write{Streamed ? nullptr : y.row(exps_in_y ? next : r).data()},
                         before}};
       if constexpr (masked) {
