@@ -256,22 +256,22 @@ std::string cpuinfo_vendor() {
 // nowhere with set_row_passes(false).
 TEST_CASE("the row passes' choice by vendor") {
   const bool amd = detected_cpu_features().amd;
-  CHECK(detail::norm_row_passes(false, sizeof(float), 768));
-  CHECK(detail::norm_row_passes(false, sizeof(bf16), 2048));
-  CHECK(detail::norm_row_passes(false, sizeof(bf16), 768) == !amd);
-  CHECK(detail::norm_row_passes(false, sizeof(fp8_e4m3), 1024) == !amd);
-  CHECK(detail::norm_row_passes(true, sizeof(float), 4096) == !amd);
+  CHECK(detail::norm_row_passes(false, sizeof(float), 768, /*centred=*/true));
+  CHECK(detail::norm_row_passes(false, sizeof(bf16), 2048, /*centred=*/true));
+  CHECK(detail::norm_row_passes(false, sizeof(bf16), 768, /*centred=*/true) == !amd);
+  CHECK(detail::norm_row_passes(false, sizeof(fp8_e4m3), 1024, /*centred=*/true) == !amd);
+  CHECK(detail::norm_row_passes(true, sizeof(float), 4096, /*centred=*/true) == !amd);
   CHECK(detail::norm_row_passes(true, sizeof(float), 4096, /*centred=*/false));
   CHECK(detail::norm_row_passes(true, sizeof(bf16), 4096, /*centred=*/false));
   CHECK(detail::norm_row_passes(true, sizeof(bf16), 768, /*centred=*/false) == !amd);
   {
     const row_passes_everywhere on_any_vendor;
-    CHECK(detail::norm_row_passes(false, sizeof(bf16), 768));
-    CHECK(detail::norm_row_passes(true, sizeof(float), 4096));
+    CHECK(detail::norm_row_passes(false, sizeof(bf16), 768, /*centred=*/true));
+    CHECK(detail::norm_row_passes(true, sizeof(float), 4096, /*centred=*/true));
     const test::row_passes_of off(false);
-    CHECK_FALSE(detail::norm_row_passes(false, sizeof(float), 768));
+    CHECK_FALSE(detail::norm_row_passes(false, sizeof(float), 768, /*centred=*/true));
   }
-  CHECK(detail::norm_row_passes(false, sizeof(bf16), 768) == !amd);
+  CHECK(detail::norm_row_passes(false, sizeof(bf16), 768, /*centred=*/true) == !amd);
 }
 
 // How far ahead the row passes prefetch (long_row_lead): two steps of rows of 8 KiB or more on AMD

@@ -970,10 +970,11 @@ class prefetch_pages {
 // `row_bytes` of its first reduce operand: two where a row has 8 KiB or more on AMD processors,
 // else one (the next rows to sum).
 // On a 2-core AMD EPYC (Zen 5), one stream (prefetch_pages) and two steps ahead took rmsnorm's row
-// passes at 4096 x 4096, streamed, 0.76-0.95 of the time of the block passes (one stream and one
-// step 0.88-0.97); layernorm and rmsnorm at 512 x 4096, 1024 x 2048 and 256 x 8192 took 0.90-1.00
-// of their time with the page streams and one step (a timing program, two libraries in one
-// process, medians of 7 to 9 rounds; CONTRIBUTING.md, stop 71).
+// passes at 4096 x 4096, streamed, 0.74-0.95 of the time of the block passes (one stream and one
+// step 0.88-0.97: norm_row_passes in kernels/rmsnorm.hpp); layernorm and rmsnorm at 512 x 4096,
+// 1024 x 2048 and 256 x 8192 (not streamed) took 0.85-1.00 of their time with the page streams
+// and one step (a timing program, two libraries in one process, medians of 7 to 9 rounds;
+// CONTRIBUTING.md, stop 71).
 inline std::size_t long_row_lead(std::size_t row_bytes) {
   return row_bytes >= (std::size_t{8} << 10) && detected_cpu_features().amd ? 2 : 1;
 }

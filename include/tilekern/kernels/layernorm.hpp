@@ -285,9 +285,10 @@ void layernorm_views(view<const X> x, view<const G> gamma, view<const B> beta, v
   const std::size_t block = std::min(rows, norm_block_rows<X>(cols));
   const bool streamed = streams(y);
   // The chunk-rows the row passes read each row of x as (norm_row_chunks); 0: no row passes.
-  const std::size_t q = norm_row_passes(streamed, sizeof(X), cols) && cols >= layernorm_shift_count
-                            ? norm_row_chunks(x)
-                            : 0;
+  const std::size_t q =
+      norm_row_passes(streamed, sizeof(X), cols, /*centred=*/true) && cols >= layernorm_shift_count
+          ? norm_row_chunks(x)
+          : 0;
   // every value written before it is read
   norm_scratch<float, 40> columns(std::max<std::size_t>(8, 3 * q + 4) * block + 1);
   norm_scratch<double, 8> sums(2 * block);

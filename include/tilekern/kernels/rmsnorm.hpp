@@ -413,9 +413,9 @@ void norm_runs(view<const float> scale, Body&& body) {
 // - Streamed, at 4096 x 4096 on a 2-core AMD EPYC (Zen 5), rmsnorm by rows (one prefetch stream
 //   and two steps ahead: prefetch_pages and long_row_lead in engine/lanes.hpp) took 0.83-0.87 of
 //   the block passes' time in bf16 and 0.93-0.95 in fp32 with x and y 16 bytes past a line, as the
-//   bench's are, and 0.74-0.75 and 0.85-0.89 on lines; layernorm by rows took 1.10-1.17 (bf16) and
-//   1.15 (fp32) past a line, 0.96 and 1.13 on lines (a timing program, two libraries in one
-//   process, medians of 7 rounds; stop 71).
+//   bench's are, and 0.74-0.75 and 0.85-0.89 on lines; layernorm by rows took 1.10 (bf16) and 1.15
+//   (fp32) past a line, 0.96 and 1.13 on lines (a timing program, two libraries in one process,
+//   medians of 7 rounds; stop 71).
 // - Streamed, at 4096 x 4096 on a 2-core AMD EPYC (Zen 4), the row passes, then prefetching by
 //   pages one step ahead, ran 0.73-0.91 times as fast as the block passes. On an Intel Xeon with
 //   AMX the block passes streamed ran 0.86-0.87 times as fast as the row passes with plain stores,
@@ -434,8 +434,7 @@ inline std::atomic<bool>& norm_row_passes_everywhere() {
   static std::atomic<bool> on{false};
   return on;
 }
-inline bool norm_row_passes(bool streamed, std::size_t x_bytes, std::size_t cols,
-                            bool centred = true) {
+inline bool norm_row_passes(bool streamed, std::size_t x_bytes, std::size_t cols, bool centred) {
   if (!detected_cpu_features().amd || norm_row_passes_everywhere().load()) return row_passes();
   return row_passes() && (!streamed || !centred) && (x_bytes >= sizeof(float) || cols > norm_chunk);
 }
