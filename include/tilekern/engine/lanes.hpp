@@ -1301,9 +1301,10 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
 // The rows of a streamed destination `to`, split at their lines (split_at_lines), outside their
 // lines: map(d, f, r, sources...) maps row r's columns before them and after them, with plain
 // stores, element by element in order. (The row passes map the lines themselves with their blocks
-// and non-temporal stores.) Made once per call, its two stores with it: built for every row, they
-// took a fifth of layernorm bf16's row passes at 4096 x 4096, x and y 16 bytes past a line, on a
-// 2-core AMD EPYC (Zen 5; 0.88-0.89 of the time so, fp32 0.84-0.86; stop 71).
+// and non-temporal stores.) Made once per call, its two stores with it: on a 2-core AMD EPYC
+// (Zen 5) at 4096 x 4096, x and y 16 bytes past a line, the ends built for every row took a
+// quarter of layernorm bf16's row passes (skipped, 0.72-0.75 of the time); made once, layernorm
+// bf16 by rows took 0.88-0.89 of the time, fp32 0.84-0.91, rmsnorm 0.83-0.84 and 0.91 (stop 71).
 template <class Out, class D>
 class row_ends {
  public:
@@ -1333,8 +1334,9 @@ class row_ends {
   std::size_t head_cols_, tail_from_, tail_cols_;
 };
 // Row r of a streamed destination `to`, split at its lines, outside them, as row_ends maps it but
-// with its stores built for the row: softmax's row passes take their ends so (made once per call,
-// softmax bf16 4096 x 4096 took 1.15-1.30 times as long on the Zen 5; stop 71).
+// with its stores built for the row: softmax's row passes take their ends so (with row_ends, made
+// once per call or for each row, softmax bf16 4096 x 4096 took 1.09-1.32 times as long on the
+// Zen 5, why not looked into; stop 71).
 template <class D, class Out, bool Streamed, class F, class... Sources>
 HWY_INLINE void map_row_ends(D d, const destination<Out, Streamed>& to, const line_split& split,
                              F& f, std::size_t r, const Sources&... sources) {
