@@ -1333,6 +1333,18 @@ class row_ends {
   lane_store<Out, D> head_, tail_;
   std::size_t head_cols_, tail_from_, tail_cols_;
 };
+// A streamed destination's row_ends; none for a plain one, which has no ends (and so does not
+// build their stores).
+struct no_row_ends {};
+template <class D, class Out, bool Streamed>
+HWY_INLINE auto streamed_row_ends(D d, const destination<Out, Streamed>& to,
+                                  const line_split& split) {
+  if constexpr (Streamed) {
+    return row_ends<Out, D>(d, to, split);
+  } else {
+    return no_row_ends{};
+  }
+}
 // Row r of a streamed destination `to`, split at its lines, outside them, as row_ends maps it but
 // with its stores built for the row: softmax's row passes take their ends so (with row_ends, made
 // once per call or for each row, softmax bf16 4096 x 4096 took 1.09-1.32 times as long on the
@@ -1348,18 +1360,6 @@ HWY_INLINE void map_row_ends(D d, const destination<Out, Streamed>& to, const li
   };
   piece(0, split.head);
   piece(split.head + split.lines, split.tail);
-}
-// A streamed destination's row_ends; none for a plain one, which has no ends (and so does not
-// build their stores).
-struct no_row_ends {};
-template <class D, class Out, bool Streamed>
-HWY_INLINE auto streamed_row_ends(D d, const destination<Out, Streamed>& to,
-                                  const line_split& split) {
-  if constexpr (Streamed) {
-    return row_ends<Out, D>(d, to, split);
-  } else {
-    return no_row_ends{};
-  }
 }
 
 // body(interleave, sources...) on lanes d: interleave is std::true_type where map_rows' interleaved
