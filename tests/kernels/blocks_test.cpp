@@ -21,6 +21,10 @@
 // passes, through their scratch row). With the threshold at 0, every kernel here gives the same
 // bits as with none, in float, bf16, fp16 and fp8_e4m3, with rows on lines and off them, their
 // row passes on (on any vendor's processor) and off.
+//
+// softmax's row passes give the same bits with a row's products fused with the next row's
+// exponentials as without (detail::set_softmax_fusion), and choose between the two by the L1's
+// size, the vendor and y's stride (detail::softmax_fuses).
 
 #include <doctest/doctest.h>
 
@@ -239,6 +243,42 @@ void same_bits_streamed(const char* format) {
   }
 }
 
+// detail::set_softmax_fusion(on) for the life of the object, then the default.
+class softmax_fusion_of {
+ public:
+  explicit softmax_fusion_of(bool on) { detail::set_softmax_fusion(on); }
+  ~softmax_fusion_of() { detail::set_softmax_fusion(std::nullopt); }
+  softmax_fusion_of(const softmax_fusion_of&) = delete;
+  softmax_fusion_of& operator=(const softmax_fusion_of&) = delete;
+};
+
+// softmax's row passes give the same bits with a row's products alongside the next row's
+// exponentials (fused) as in a loop of their own, y streamed (rows on lines and 16 bytes off them)
+// and not, with and without a mask (outputs above), whichever the machine would choose
+// (softmax_fuses).
+template <class T>
+void same_bits_fused(const char* format) {
+  const std::size_t sixteen_bytes = 16 / sizeof(T);
+  for (const std::size_t cols : {std::size_t{769}, std::size_t{4096}}) {
+    for (const std::size_t threshold : {std::size_t{0}, SIZE_MAX}) {
+      const stream_threshold_of streaming(threshold);
+      const std::size_t rows = 37, pad = cols == 4096 ? sixteen_bytes : 0;
+      const auto want = [&] {
+        const softmax_fusion_of off(false);
+        return outputs<T>(rows, cols, cols, pad);
+      }();
+      const softmax_fusion_of on(true);
+      const auto got = outputs<T>(rows, cols, cols, pad);
+      REQUIRE(got.size() == want.size());
+      for (std::size_t k = 0; k < want.size(); ++k) {
+        INFO(std::string(format), ", ", rows, "x", cols, ", stream threshold ", threshold, ": ",
+             want[k].first);
+        CHECK(got[k].second == want[k].second);
+      }
+    }
+  }
+}
+
 // The processor's vendor as Linux reports it ("" elsewhere).
 std::string cpuinfo_vendor() {
   std::ifstream cpuinfo("/proc/cpuinfo");
@@ -281,6 +321,43 @@ TEST_CASE("the row passes' prefetch lead by vendor") {
   CHECK(detail::long_row_lead(std::size_t{8} << 10) == (amd ? 2 : 1));
   CHECK(detail::long_row_lead(std::size_t{64} << 10) == (amd ? 2 : 1));
   CHECK(detail::long_row_lead((std::size_t{8} << 10) - 1) == 1);
+}
+
+// When softmax's row passes fuse a row's products with the next row's exponentials: where two
+// fp32 rows and a row of x fit in L1, a streamed y on Intel processors only, exponentials in y's
+// rows where those rows do not start within 512 bytes of each other modulo 4 KiB.
+TEST_CASE("softmax fuses its products by the L1's size, the vendor and y's stride") {
+  const bool amd = detected_cpu_features().amd;
+  const std::size_t l1 = l1_cache_bytes();
+  INFO("L1 ", l1, " bytes");
+  CHECK(l1 >= (std::size_t{16} << 10));
+  CHECK(detail::rows_alias(4096));
+  CHECK(detail::rows_alias(16384 + 511));
+  CHECK(detail::rows_alias(8192 - 511));
+  CHECK_FALSE(detail::rows_alias(4096 + 512));
+  CHECK_FALSE(detail::rows_alias(3072));
+  const std::size_t cols = l1 / 12;  // two fp32 rows and one of fp32 x: all of L1
+  CHECK(detail::softmax_fuses(true, cols, sizeof(float), 0) == !amd);
+  CHECK(detail::softmax_fuses(false, cols, sizeof(float), 3072) == !detail::rows_alias(3072));
+  CHECK_FALSE(detail::softmax_fuses(false, cols, sizeof(float), 4096));
+  CHECK_FALSE(detail::softmax_fuses(false, cols + 1, sizeof(float), 3072));
+  CHECK_FALSE(detail::softmax_fuses(true, l1 / 10 + 1, sizeof(bf16), 0));
+  CHECK(detail::softmax_fuses(false, 768, sizeof(float), 768 * 4));
+  {
+    const softmax_fusion_of on(true);
+    CHECK(detail::softmax_fuses(false, cols + 1, sizeof(float), 4096));
+  }
+  {
+    const softmax_fusion_of off(false);
+    CHECK_FALSE(detail::softmax_fuses(false, 768, sizeof(float), 768 * 4));
+  }
+  CHECK(detail::softmax_fuses(false, 768, sizeof(float), 768 * 4));
+}
+
+TEST_CASE("softmax gives the same bits with its products fused or not") {
+  same_bits_fused<float>("float");
+  same_bits_fused<bf16>("bf16");
+  same_bits_fused<fp8_e4m3>("fp8_e4m3");
 }
 
 TEST_CASE("non-temporal stores by default from 16 MiB") {

@@ -59,7 +59,9 @@
 // of 9 to 21 rounds in three runs, 4096 x 4096 fp32 1.15-1.18 times as fast, bf16 1.06-1.12, fp16
 // 1.02-1.06, and 1576 x 768 fp32 1.05-1.09 (its exponentials into y's rows). A bf16 y at
 // 1576 x 768, not streamed, keeps the products' own loop: fused, it ran 0.94-0.99 times as fast
-// (CONTRIBUTING.md, stop 64).
+// (CONTRIBUTING.md, stop 64). They are fused only where the rows that takes fit in L1, for a
+// streamed y on Intel processors, and for exponentials in y's rows where those do not alias
+// (softmax_fuses below: on an AMD EPYC (Zen 4), unfused, 4096 x 4096 took 0.62-0.80 of the time).
 // The backward is two passes: dot = row_sum_of(dy * y), then dx = scale * y * (dy - dot)
 // (vector::map).
 //
@@ -110,11 +112,13 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -376,6 +380,40 @@ struct products_along {
   }
 };
 
+inline std::atomic<int>& softmax_fusion_setting() {
+  static std::atomic<int> setting{-1};  // -1: by the L1's size; 0: never; 1: always
+  return setting;
+}
+// Sets whether softmax's row passes fuse a row's products with the next row's exponentials
+// (softmax_fuses below), to test both ways on any machine; std::nullopt returns to the default.
+inline void set_softmax_fusion(std::optional<bool> on) {
+  softmax_fusion_setting().store(on ? int{*on} : -1);
+}
+// Whether two rows `stride_bytes` apart start within 512 bytes of each other modulo 4 KiB, so that
+// the processor may take a load from one for a store to the other at the same column (4K
+// aliasing) and hold it back.
+inline bool rows_alias(std::size_t stride_bytes) {
+  const std::size_t offset = stride_bytes % 4096;
+  return std::min(offset, 4096 - offset) < 512;
+}
+// Whether softmax_rows, where it can (y float or streamed), takes a row's products alongside the
+// next row's exponentials (products_along), for rows of `cols` elements, x's of `x_bytes` each:
+// where what it then keeps in L1 fits there (two rows of fp32 exponentials and a row of x) and,
+// for exponentials in y's rows (a float y not streamed, `y_stride_bytes` apart), where those do not
+// alias (rows_alias); for a streamed y, on Intel processors only. Otherwise each row's products
+// run in a loop of their own after its exponentials, which on a 2-core AMD EPYC (Zen 4, 32 KiB of
+// L1) took, as a fraction of the fused loop's time: streamed, bf16 0.76-0.80 at 1536 to 4096
+// columns (0.96 at 1024), fp32 0.80 at 2048 and 4096; into y's rows, fp32 0.74-0.88 at 1024, 2048
+// and 4096 columns (rows 4 to 16 KiB apart), but 1.05 at 1536 and 1.10 at 768 (stop 72). On a
+// 2-core Intel Xeon with 48 KiB of L1 the fused loop had taken 0.85-0.94 of their time at
+// 4096 x 4096 streamed (top of this header; CONTRIBUTING.md, stop 64).
+inline bool softmax_fuses(bool streamed, std::size_t cols, std::size_t x_bytes,
+                          std::size_t y_stride_bytes) {
+  if (const int setting = softmax_fusion_setting().load(); setting >= 0) return setting == 1;
+  if (cols * (2 * sizeof(float) + x_bytes) > l1_cache_bytes()) return false;
+  return streamed ? !detected_cpu_features().amd : !rows_alias(y_stride_bytes);
+}
+
 // softmax of x into y row by row: the three passes of softmax_views over one row, the next row's
 // max coming between its exponentials and its products, the row's exponentials in a row of fp32
 // scratch (or in y's row when y is float and not streamed), all of them in L1; while it takes a
@@ -394,13 +432,14 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
   constexpr bool float_out = std::is_same_v<Y, float>;
   // The exponentials go into y's rows where y is float and not streamed, else into scratch.
   constexpr bool exps_in_y = float_out && !Streamed;
-  // Where y is float or streamed, row r - 1's products go alongside row r's exponentials
-  // (products_along; see the loop below).
-  constexpr bool fused = float_out || Streamed;
+  // Where y is float or streamed, row r - 1's products may go alongside row r's exponentials
+  // (products_along; see the loop below), and do where softmax_fuses says so.
+  constexpr bool fusable = float_out || Streamed;
+  const bool fused = fusable && softmax_fuses(Streamed, cols, sizeof(X), y.stride() * sizeof(Y));
   // Two scratch rows with a mask, or fused: the next row's scores go into one, or the row before
   // still holds its exponentials, while the other takes this row's. Otherwise the next row's max
   // reads x, and the products follow the exponentials, and one will do.
-  constexpr std::size_t scratch_rows = masked || fused ? 2 : 1;
+  const std::size_t scratch_rows = masked || fused ? 2 : 1;
   const auto scratch =
       exps_in_y ? nullptr : std::make_unique_for_overwrite<float[]>(scratch_rows * cols);
   const view<float> work = [&] {
@@ -492,12 +531,13 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
       const std::size_t at = work_row(r);
       float sum = 0.0f, next_m = 0.0f;
       const float bias = softmax_bias(m);
-      // Fused, row r - 1's products (none for row 0: `end` 0).
+      // Fused, row r - 1's products (none for row 0, or not fused: `end` 0).
       const auto before = [&] {
-        if constexpr (fused) {
+        if constexpr (fusable) {
           const std::size_t b = r > 0 ? r - 1 : 0;
           return products_along<D, Y, Streamed>{out, work.row(work_row(b)).data() + split.head,
-                                                hn::Set(d, factor), b, r > 0 ? split.lines : 0};
+                                                hn::Set(d, factor), b,
+                                                fused && r > 0 ? split.lines : 0};
         } else {
           return no_prefetch();
         }
@@ -528,18 +568,18 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
       }
       // Fused: row r - 1's products finished before a mask's next scores go where its exponentials
       // are (in scratch, row (r + 1) % 2).
-      if constexpr (fused) {
-        if (r > 0) {
+      if constexpr (fusable) {
+        if (fused && r > 0) {
           before.rest(d);
           ends(r - 1, factor);
         }
       }
       if (r + 1 < rows) scores(r + 1, work_row(r + 1), next_m);
       factor = softmax_factor(m, sum);
-      if constexpr (!fused) products(r, factor);
+      if (!fused) products(r, factor);
       m = next_m;
     }
-    if constexpr (fused) products(rows - 1, factor);
+    if (fused) products(rows - 1, factor);
     if constexpr (Streamed) hwy::FlushStream();  // its stores ordered before whatever follows
   });
 }

@@ -1,7 +1,8 @@
 #pragma once
 // Which instruction-set path runs: what the CPU offers (detected once, at run time), what this
 // translation unit was compiled for, and a cap from the environment or the program. Also the size
-// of the kernels' blocks of rows, from the CPU's L2 cache (row_block_bytes(), at the end).
+// of the kernels' blocks of rows, from the CPU's L2 cache (row_block_bytes(), at the end), and the
+// size of its L1 data cache.
 //
 //   active_isa() = min(detected_isa(), compiled_isa(), cap)
 //
@@ -205,6 +206,19 @@ inline std::string describe_isa() {
 }
 
 // ---- Blocks of rows ----
+
+// The size of one core's L1 data cache in bytes, as the C library reports it (read once), or
+// 32 KiB where it does not say.
+inline std::size_t l1_cache_bytes() {
+  static const std::size_t bytes = [] {
+#if defined(_SC_LEVEL1_DCACHE_SIZE)
+    const long reported = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    if (reported > 0) return static_cast<std::size_t>(reported);
+#endif
+    return std::size_t{32} << 10;
+  }();
+  return bytes;
+}
 
 // The size of one core's L2 cache in bytes, as the C library reports it (read once), or 256 KiB
 // where it does not say.
