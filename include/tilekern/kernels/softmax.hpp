@@ -387,7 +387,7 @@ inline std::atomic<int>& softmax_fusion_setting() {
 // Sets whether softmax's row passes fuse a row's products with the next row's exponentials
 // (softmax_fuses below), to test both ways on any machine; std::nullopt returns to the default.
 inline void set_softmax_fusion(std::optional<bool> on) {
-  softmax_fusion_setting().store(on ? int{*on} : -1);
+  softmax_fusion_setting().store(on ? (*on ? 1 : 0) : -1);
 }
 // Whether two rows `stride_bytes` apart start within 512 bytes of each other modulo 4 KiB, so that
 // the processor may take a load from one for a store to the other at the same column (4K
