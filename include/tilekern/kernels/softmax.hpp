@@ -59,9 +59,10 @@
 // of 9 to 21 rounds in three runs, 4096 x 4096 fp32 1.15-1.18 times as fast, bf16 1.06-1.12, fp16
 // 1.02-1.06, and 1576 x 768 fp32 1.05-1.09 (its exponentials into y's rows). A bf16 y at
 // 1576 x 768, not streamed, keeps the products' own loop: fused, it ran 0.94-0.99 times as fast
-// (CONTRIBUTING.md, stop 64). They are fused only where the rows that takes fit in L1, for a
-// streamed y on Intel processors, and for exponentials in y's rows where those do not alias
-// (softmax_fuses below: on an AMD EPYC (Zen 4), unfused, 4096 x 4096 took 0.62-0.80 of the time).
+// (CONTRIBUTING.md, stop 64). They are fused only where two rows of exponentials and a row of x
+// fit in L1, for a streamed y on Intel processors, and for exponentials in y's rows where those do
+// not alias (softmax_fuses below: on an AMD EPYC (Zen 4), unfused, 4096 x 4096 took 0.62-0.80 of
+// the time).
 // The backward is two passes: dot = row_sum_of(dy * y), then dx = scale * y * (dy - dot)
 // (vector::map).
 //
@@ -380,8 +381,9 @@ struct products_along {
   }
 };
 
+// Whether softmax's row passes fuse: -1 as softmax_fuses chooses (the default), 0 never, 1 always.
 inline std::atomic<int>& softmax_fusion_setting() {
-  static std::atomic<int> setting{-1};  // -1: by the L1's size; 0: never; 1: always
+  static std::atomic<int> setting{-1};
   return setting;
 }
 // Sets whether softmax's row passes fuse a row's products with the next row's exponentials
