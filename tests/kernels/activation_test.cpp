@@ -20,9 +20,14 @@
 // - the tables (formats of at most 16 bits in; y in the same format, rounded to nearest even with
 //   either overflow mode, or float): every code of x through a strided view of 253 columns into a
 //   guarded y (each row's lookup takes every step: 253 = 31 x 8 + 4 + 1, or 15 x 16 + 8 + 4 + 1
-//   with the gathers), looked up and computed, the same bits; in place; the kernel itself; and
+//   with the gathers; streamed, the rows, 258 elements apart, start 4 bytes further into a 64-byte
+//   line each (bf16 out; float out 8), so their plain heads and tails take as many lengths),
+//   looked up and computed, the same bits, the gaps between rows untouched; in place; the kernel
+//   itself; and
 //   when a call builds a table (at least as many elements as x has codes), also from four threads
 //   at once.
+// - every act through the kernel with every output streamed (non-temporal stores) and with none,
+//   over rows that start at many offsets into a 64-byte line: the same bits.
 
 #include <doctest/doctest.h>
 
@@ -36,6 +41,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "support/formats.hpp"
@@ -243,12 +249,14 @@ void check_tables(act f, overflow on_overflow) {
   detail::activation_computed(xv, y_view(computed), f, cast);
   const Y* table = detail::activation_table<X, Y>(f, on_overflow, true);
   REQUIRE(table != nullptr);
-  // Element by element, and with the gathers wherever the AVX-512 path is active (whatever the
-  // CPU: by default only those with AVX512-FP16 gather).
-  for (const bool gather : {false, true}) {
+  // Element by element, with the gathers wherever the AVX-512 path is active (whatever the CPU:
+  // by default only those with AVX512-FP16 gather), and streamed (whatever y's size).
+  for (const auto& way : {std::pair{false, false}, {true, false}, {false, true}}) {
+    const bool gather = way.first, streamed = way.second;
     CAPTURE(gather);
+    CAPTURE(streamed);
     test::guarded_buffer<Y> looked_up(size);
-    detail::activation_lookup(xv, y_view(looked_up), table, gather);
+    detail::activation_lookup(xv, y_view(looked_up), table, gather, streamed);
     CHECK(same(computed, looked_up) == 0);
     for (std::size_t r = 0; r + 1 < rows; ++r) {  // the gaps between rows are left alone
       for (std::size_t c = cols; c < stride; ++c) CHECK(bits(looked_up[r * stride + c]) == 0);
@@ -311,6 +319,67 @@ TEST_CASE("activation kernel, tables: threads that build the same table at once"
   for (const auto& out : y) {
     CHECK(std::equal(out.begin(), out.end(), computed.begin(),
                      [](fp8_e4m3 a, fp8_e4m3 b) { return a.bits() == b.bits(); }));
+  }
+}
+
+// Every act from X into Y, x a view of rows x 253 of every code of X (at least as many elements as
+// codes, so the functions with tables take them), y of the same layout ending at a guard page:
+// with every output streamed (stream threshold 0) and with none, the same bits, the gaps between
+// rows untouched. Rows `stride` elements apart: 258 starts each row of a bf16 y 4 bytes further
+// into a 64-byte line (float 8), which the lookup streams row by row; 320 starts every row at the
+// same offset (the stride whole lines), which the computed pass needs to stream.
+template <class X, class Y>
+void check_streamed(rounding round, std::size_t stride) {
+  constexpr std::size_t cols = 253, codes = std::size_t{1} << X::code_bits;
+  const std::size_t rows = (codes + cols - 1) / cols, size = (rows - 1) * stride + cols;
+  CAPTURE(stride);
+  CAPTURE(format_name<X>());
+  const std::string y_format = [] {
+    if constexpr (std::is_same_v<Y, float>) {
+      return std::string("float");
+    } else {
+      return format_name<Y>();
+    }
+  }();
+  CAPTURE(y_format);
+  CAPTURE(round == rounding::stochastic ? "stochastic" : "nearest even");
+  test::guarded_buffer<X> x(size);
+  for (std::size_t i = 0; i < size; ++i) x[i] = X::from_code(static_cast<std::uint32_t>(i % codes));
+  const view<const X> xv(x.data(), rows, cols, stride);
+  const auto bits = [](auto v) {
+    if constexpr (std::is_same_v<decltype(v), float>) {
+      return std::bit_cast<std::uint32_t>(v);
+    } else {
+      return static_cast<std::uint32_t>(v.bits());
+    }
+  };
+  for (act f : all_acts) {
+    CAPTURE(name(f));
+    test::guarded_buffer<Y> plain(size), streamed(size);
+    const cast_options cast{.round = round, .seed = 11};
+    set_stream_threshold(SIZE_MAX);
+    activation(xv, view<Y>(plain.data(), rows, cols, stride), f, cast);
+    set_stream_threshold(0);
+    activation(xv, view<Y>(streamed.data(), rows, cols, stride), f, cast);
+    set_stream_threshold(std::nullopt);
+    std::size_t differ = 0, gaps = 0;
+    for (std::size_t i = 0; i < size; ++i) {
+      differ += bits(plain[i]) != bits(streamed[i]) ? 1 : 0;
+      gaps += i % stride >= cols && bits(streamed[i]) != 0 ? 1 : 0;
+    }
+    CHECK(differ == 0);
+    CHECK(gaps == 0);
+  }
+}
+
+TEST_CASE("activation kernel: the same bits streamed (non-temporal stores) or not") {
+  for (std::size_t stride : {258, 320}) {
+    for (rounding round : {rounding::nearest_even, rounding::stochastic}) {
+      check_streamed<bf16, bf16>(round, stride);
+      check_streamed<bf16, float>(round, stride);
+      check_streamed<fp16, fp8_e4m3>(round, stride);
+    }
+    check_streamed<fp8_e5m2, bf16>(rounding::nearest_even, stride);
   }
 }
 

@@ -369,9 +369,9 @@ inline std::atomic<std::size_t>& stream_threshold_setting() {
 }
 }  // namespace detail
 
-// The size of output from which layernorm, rmsnorm and softmax (not into float) write it with
-// non-temporal stores (destination), unless set_stream_threshold() said otherwise: by default 16
-// MiB, on every processor. Measured:
+// The size of output from which layernorm, rmsnorm, softmax (not into float) and activation
+// (kernels/activation.hpp) write it with non-temporal stores (destination), unless
+// set_stream_threshold() said otherwise: by default 16 MiB, on every processor. Measured:
 // - AMD EPYC (Zen 4, 32 MiB of L3): a copy loop with non-temporal stores was 10% slower than one
 //   with plain stores at 8 MiB, 20% faster at 12 MiB and 1.4-1.8x as fast at 32 MiB; streamed,
 //   the kernels' block passes at 4096 x 4096 took 0.63-0.90 of their time with plain stores.

@@ -27,7 +27,10 @@
 // it compute. For silu and gelu_tanh on bf16 (16 Mi elements, one thread, an Intel Xeon of the
 // Cascade Lake generation) the lookup took 0.4 to 0.7 of the computation's time: see
 // CONTRIBUTING.md, "Known gaps". The lookup gathers 16 entries at a time where the CPU's gathers
-// are fast (lookup_gathers); each table then holds a few bytes more than its entries.
+// are fast (lookup_gathers); each table then holds a few bytes more than its entries. Elsewhere a
+// y larger than the caches (stream_threshold(), engine/lanes.hpp) of 2- or 4-byte entries is
+// written with non-temporal stores (activation_lookup), as is one computed for a function that
+// has no table (activation_computed).
 //
 // Rounding: element (r, c) of a rows x cols y draws its stochastic bits with index r * cols + c,
 // stream cast.stream. y may be x itself (the same memory and format). x and y must have the same
@@ -77,10 +80,18 @@ constexpr bool tabulated(act f) {
 template <class X>
 concept tabulated_format = minifloat_format<X> && X::code_bits <= 16;
 
-// y = f(x) computed: one pass of scalar::activation.
+// y = f(x) computed: one pass of scalar::activation. Where f is not tabulated (a few operations a
+// lane) and y is larger than the caches (streams(y)), the columns that fill whole 64-byte lines
+// of y's rows go with non-temporal stores (write_rounded). On a 2-core AMD EPYC (Zen 4), a timing
+// program (as for activation_lookup below): relu from bf16 to bf16 over 16 Mi elements 1.16-1.30
+// times as fast streamed; silu and gelu_tanh, bound by their arithmetic, took 1.07-1.09 times as
+// long streamed, and are not (stop 73).
 template <class X, class Y>
 void activation_computed(view<const X> x, view<Y> y, act f, const cast_options& cast) {
-  scalar::activation(vector::rounded(y, cast), x, f);
+  write_rounded(y, cast, 0, !tabulated(f) && streams(y),
+                [&](const auto& to, std::size_t c, std::size_t k) {
+                  scalar::activation(to, x.block(0, c, x.rows(), k), f);
+                });
 }
 
 // The entries a table holds after its last code's, so that 4 bytes read from any entry lie inside
@@ -161,6 +172,27 @@ inline bool lookup_gathers() {
   return active_isa() >= isa::avx512 && detected_cpu_features().avx512_fp16;
 }
 
+// Whether lookup_eight takes entries of Y: 2 or 4 bytes, on a little-endian machine.
+template <class Y>
+inline constexpr bool lookup_by_eight =
+    (sizeof(Y) == 2 || sizeof(Y) == 4) && std::endian::native == std::endian::little;
+
+// Bytes (a multiple of 16) from `from` to `to` (on 16 bytes) with non-temporal stores, which do
+// not read the lines they write first (engine/lanes.hpp, destination); plain ones off x86.
+template <std::size_t Bytes>
+HWY_INLINE void stream_bytes(void* to, const void* from) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  namespace hn = hwy::HWY_NAMESPACE;
+  const hn::Simd<std::uint8_t, 16, 0> d;
+  for (std::size_t i = 0; i < Bytes; i += 16) {
+    hn::Stream(hn::LoadU(d, static_cast<const std::uint8_t*>(from) + i), d,
+               static_cast<std::uint8_t*>(to) + i);
+  }
+#else
+  std::memcpy(to, from, Bytes);
+#endif
+}
+
 // to[i] = table[code of from[i]] for i < 8, entries of 2 or 4 bytes: the 8 codes by 64-bit loads,
 // the 8 entries into an array stored at once (in place too: every load comes before the store).
 // gcc 12 assembles the array of unsigned integers in a vector register (vpinsrw, vpinsrd) and
@@ -171,8 +203,9 @@ inline bool lookup_gathers() {
 // codes, into 16- or 32-bit entries, bf16 to bf16 over 16 Mi 0.89-0.92; the bench, built with and
 // without, alternated four times, silu and gelu_tanh bf16 0.91-0.95 at 1 Mi and 0.89-0.90 at
 // 16 Mi (medians of the four runs' medians). 16 at a time took 1.16-1.26 times the time of 8,
-// and 1-byte entries (fp8 to fp8) 1.11 times that of four at a time, which they keep.
-template <class X, class Y>
+// and 1-byte entries (fp8 to fp8) 1.11 times that of four at a time, which they keep. Streamed,
+// the 8 entries go with non-temporal stores (stream_bytes), `to` on 16 bytes.
+template <bool Streamed, class X, class Y>
 HWY_INLINE void lookup_eight(const X* from, Y* to, const Y* table) {
   using code = typename X::storage_type;
   using entry = hwy::UnsignedFromSize<sizeof(Y)>;
@@ -184,41 +217,70 @@ HWY_INLINE void lookup_eight(const X* from, Y* to, const Y* table) {
     const auto c = static_cast<code>(words[i / per_word] >> (8 * sizeof(code) * (i % per_word)));
     std::memcpy(&entries[i], table + c, sizeof(Y));
   }
-  std::memcpy(to, entries, sizeof entries);
+  if constexpr (Streamed) {
+    stream_bytes<sizeof entries>(to, entries);
+  } else {
+    std::memcpy(to, entries, sizeof entries);
+  }
 }
 
-// y = table[code of x]: each row's whole vectors of 16 by activation_gather where `gather` (and
-// the AVX-512 path is active), then eight elements at a time by lookup_eight where y's entries
-// are 2 or 4 bytes, then four at a time, their four lookups before their four stores (in place
-// too; about 15% faster than one at a time), then one at a time.
+// to[c] = table[code of from[c]] for c < n: eight at a time by lookup_eight where the entries are
+// 2 or 4 bytes (Streamed: with non-temporal stores, n then a multiple of 8 and `to` on 16 bytes),
+// then four at a time, their four lookups before their four stores (in place too; about 15%
+// faster than one at a time), then one at a time.
+template <bool Streamed, class X, class Y>
+void lookup_range(const X* from, Y* to, std::size_t n, const Y* table) {
+  std::size_t c = 0;
+  if constexpr (lookup_by_eight<Y>) {
+    for (; c + 8 <= n; c += 8) lookup_eight<Streamed>(from + c, to + c, table);
+  }
+  for (; c + 4 <= n; c += 4) {
+    const Y y0 = table[from[c].code()], y1 = table[from[c + 1].code()],
+            y2 = table[from[c + 2].code()], y3 = table[from[c + 3].code()];
+    to[c] = y0;
+    to[c + 1] = y1;
+    to[c + 2] = y2;
+    to[c + 3] = y3;
+  }
+  for (; c < n; ++c) to[c] = table[from[c].code()];
+}
+
+// y = table[code of x], row by row: each row's whole vectors of 16 by activation_gather where
+// `gather` (and the AVX-512 path is active), the rest by lookup_range. Where it does not gather,
+// y is `streamed` (streams(y): larger than the caches) and its entries are 2 or 4 bytes, the
+// columns of each row that fill whole 64-byte lines of y go with non-temporal stores, the
+// columns before and after them with plain ones (split_at_lines). On a 2-core AMD EPYC (Zen 4),
+// a timing program (one process, alternating with a memcpy of the same bytes; medians of 21
+// rounds, three processes): silu from bf16 to bf16 over 16 Mi elements at 0.55-0.57 of memcpy's
+// speed streamed, 0.46-0.47 not; gelu_tanh 0.54-0.60 and 0.38-0.50; the bench, two runs, silu
+// 0.55-0.56 and gelu_tanh 0.53-0.54, where it had 0.47 and 0.49 before (stop 73). Entries looked up
+// 1024 at a time into an array on the stack, then streamed from there, came to 0.45-0.53. The
+// gathers (Intel's CPUs with AVX512-FP16) keep their plain stores: not measured streamed.
 template <class X, class Y>
-void activation_lookup(view<const X> x, view<Y> y, const Y* table,
-                       [[maybe_unused]] bool gather = lookup_gathers()) {
+void activation_lookup(view<const X> x, view<Y> y, const Y* table, bool gather, bool streamed) {
 #if defined(TILEKERN_CONVERT_AVX512)
   gather = gather && active_isa() >= isa::avx512;
+#else
+  gather = false;
 #endif
+  streamed = streamed && !gather && lookup_by_eight<Y>;
   const std::size_t cols = x.cols();
   for (std::size_t r = 0; r < x.rows(); ++r) {
     const X* from = x.row(r).data();
     Y* to = y.row(r).data();
+    if (streamed) {
+      const line_split split = split_at_lines(view<Y>(to, 1, cols));
+      const std::size_t tail_from = split.head + split.lines;
+      lookup_range<false>(from, to, split.head, table);
+      lookup_range<true>(from + split.head, to + split.head, split.lines, table);
+      lookup_range<false>(from + tail_from, to + tail_from, split.tail, table);
+      continue;
+    }
     std::size_t c = 0;
 #if defined(TILEKERN_CONVERT_AVX512)
     if (gather) c = activation_gather(from, to, cols, table);
 #endif
-    constexpr bool by_eight =
-        (sizeof(Y) == 2 || sizeof(Y) == 4) && std::endian::native == std::endian::little;
-    if constexpr (by_eight) {
-      for (; c + 8 <= cols; c += 8) lookup_eight(from + c, to + c, table);
-    }
-    for (; c + 4 <= cols; c += 4) {
-      const Y y0 = table[from[c].code()], y1 = table[from[c + 1].code()],
-              y2 = table[from[c + 2].code()], y3 = table[from[c + 3].code()];
-      to[c] = y0;
-      to[c + 1] = y1;
-      to[c + 2] = y2;
-      to[c + 3] = y3;
-    }
-    for (; c < cols; ++c) to[c] = table[from[c].code()];
+    lookup_range<false>(from + c, to + c, cols - c, table);
   }
 }
 
@@ -250,7 +312,8 @@ void activation(X&& x, Y&& y, act f, const cast_options& cast = {}) {
       const bool build = x_in.size() >= (std::size_t{1} << x_type::code_bits);
       const y_type* table = detail::activation_table<x_type, y_type>(f, cast.on_overflow, build);
       if (table != nullptr) {
-        detail::activation_lookup(x_in, y_view, table);
+        detail::activation_lookup(x_in, y_view, table, detail::lookup_gathers(),
+                                  detail::streams(y_view));
         return;
       }
     }
