@@ -23,9 +23,8 @@
 //   with the gathers; streamed, the rows, 258 elements apart, start 4 bytes further into a 64-byte
 //   line each (bf16 out; float out 8), so their plain heads and tails take as many lengths),
 //   looked up and computed, the same bits, the gaps between rows untouched; in place; the kernel
-//   itself; and
-//   when a call builds a table (at least as many elements as x has codes), also from four threads
-//   at once.
+//   itself; and when a call builds a table (at least as many elements as x has codes), also from
+//   four threads at once.
 // - every act through the kernel with every output streamed (non-temporal stores) and with none,
 //   over rows that start at many offsets into a 64-byte line: the same bits.
 

@@ -252,10 +252,11 @@ void lookup_range(const X* from, Y* to, std::size_t n, const Y* table) {
 // columns before and after them with plain ones (split_at_lines). On a 2-core AMD EPYC (Zen 4),
 // a timing program (one process, alternating with a memcpy of the same bytes; medians of 21
 // rounds, three processes): silu from bf16 to bf16 over 16 Mi elements at 0.55-0.57 of memcpy's
-// speed streamed, 0.46-0.47 not; gelu_tanh 0.54-0.60 and 0.38-0.50; the bench, two runs, silu
-// 0.55-0.56 and gelu_tanh 0.53-0.54, where it had 0.47 and 0.49 before (stop 73). Entries looked up
-// 1024 at a time into an array on the stack, then streamed from there, came to 0.45-0.53. The
-// gathers (Intel's CPUs with AVX512-FP16) keep their plain stores: not measured streamed.
+// speed streamed, 0.46-0.47 not; gelu_tanh 0.54-0.60 and 0.38-0.50. The bench, six runs: silu
+// 0.47-0.56 and gelu_tanh 0.48-0.56, where one run before had 0.47 and 0.49; silu took 5.3-5.4 ms
+// where it took 6.9, and memcpy's time moved between runs (stop 73). Entries looked up 1024 at a
+// time into an array on the stack, then streamed from there, came to 0.45-0.53. The gathers
+// (Intel's CPUs with AVX512-FP16) keep their plain stores: not measured streamed.
 template <class X, class Y>
 void activation_lookup(view<const X> x, view<Y> y, const Y* table, bool gather, bool streamed) {
 #if defined(TILEKERN_CONVERT_AVX512)
