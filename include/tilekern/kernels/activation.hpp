@@ -193,29 +193,37 @@ HWY_INLINE void stream_bytes(void* to, const void* from) {
 #endif
 }
 
-// to[i] = table[code of from[i]] for i < 8, entries of 2 or 4 bytes: the 8 codes by 64-bit loads,
-// the 8 entries into an array stored at once (in place too: every load comes before the store).
-// gcc 12 assembles the array of unsigned integers in a vector register (vpinsrw, vpinsrd) and
-// stores it with one instruction (an array of Y it assembled by shifts in general registers):
-// about 1.4 memory accesses an element, where four at a time take 3 (a code, an entry and a
-// store). On a 2-core AMD EPYC (Zen 5, stop 66): a timing program, medians of 9 to 15 rounds,
-// silu over 1 Mi elements 0.82-0.93 times the time of four at a time for 16-bit codes, or 8-bit
-// codes, into 16- or 32-bit entries, bf16 to bf16 over 16 Mi 0.89-0.92; the bench, built with and
+// to[i] = table[code of from[i]] for i < 8, entries of 2 or 4 bytes: the 8 entries into an array
+// stored at once (in place too: every load comes before the store). gcc 12 assembles the array of
+// unsigned integers in a vector register (vpinsrw, vpinsrd) and stores it with one instruction
+// (an array of Y it assembled by shifts in general registers). On a 2-core AMD EPYC (Zen 5,
+// stop 66): a timing program, medians of 9 to 15 rounds, silu over 1 Mi elements 0.82-0.93 times
+// the time of four at a time (a code, an entry and a store each) for 16-bit codes, or 8-bit codes,
+// into 16- or 32-bit entries, bf16 to bf16 over 16 Mi 0.89-0.92; the bench, built with and
 // without, alternated four times, silu and gelu_tanh bf16 0.91-0.95 at 1 Mi and 0.89-0.90 at
 // 16 Mi (medians of the four runs' medians). 16 at a time took 1.16-1.26 times the time of 8,
-// and 1-byte entries (fp8 to fp8) 1.11 times that of four at a time, which they keep. Streamed,
-// the 8 entries go with non-temporal stores (stream_bytes), `to` on 16 bytes.
+// and 1-byte entries (fp8 to fp8) 1.11 times that of four at a time, which they keep. The codes
+// then came by 64-bit loads, taken apart by shifts; for 2-byte entries they now come one load
+// each: on a 2-core AMD EPYC (Zen 4), a timing program, medians of 15 rounds over 64 Ki elements
+// in cache, silu bf16 to bf16 1.09-1.11 times as fast, fp8_e4m3 to bf16 1.24-1.28, fp16 to fp16
+// 1.01-1.02, but bf16 and fp8_e4m3 to float 0.89-0.98, which keep the 64-bit loads; streamed,
+// silu and gelu_tanh bf16 to bf16 over 16 Mi 1.08-1.11 (stop 73). Streamed, the 8 entries go
+// with non-temporal stores (stream_bytes), `to` on 16 bytes.
 template <bool Streamed, class X, class Y>
 HWY_INLINE void lookup_eight(const X* from, Y* to, const Y* table) {
   using code = typename X::storage_type;
   using entry = hwy::UnsignedFromSize<sizeof(Y)>;
-  constexpr std::size_t per_word = sizeof(std::uint64_t) / sizeof(code);
-  std::uint64_t words[8 / per_word];
-  std::memcpy(words, from, sizeof words);
   entry entries[8];
-  for (std::size_t i = 0; i < 8; ++i) {
-    const auto c = static_cast<code>(words[i / per_word] >> (8 * sizeof(code) * (i % per_word)));
-    std::memcpy(&entries[i], table + c, sizeof(Y));
+  if constexpr (sizeof(Y) == 2) {
+    for (std::size_t i = 0; i < 8; ++i) std::memcpy(&entries[i], table + from[i].code(), sizeof(Y));
+  } else {
+    constexpr std::size_t per_word = sizeof(std::uint64_t) / sizeof(code);
+    std::uint64_t words[8 / per_word];
+    std::memcpy(words, from, sizeof words);
+    for (std::size_t i = 0; i < 8; ++i) {
+      const auto c = static_cast<code>(words[i / per_word] >> (8 * sizeof(code) * (i % per_word)));
+      std::memcpy(&entries[i], table + c, sizeof(Y));
+    }
   }
   if constexpr (Streamed) {
     stream_bytes<sizeof entries>(to, entries);
@@ -252,11 +260,11 @@ void lookup_range(const X* from, Y* to, std::size_t n, const Y* table) {
 // columns before and after them with plain ones (split_at_lines). On a 2-core AMD EPYC (Zen 4),
 // a timing program (one process, alternating with a memcpy of the same bytes; medians of 21
 // rounds, three processes): silu from bf16 to bf16 over 16 Mi elements at 0.55-0.57 of memcpy's
-// speed streamed, 0.46-0.47 not; gelu_tanh 0.54-0.60 and 0.38-0.50. The bench, six runs: silu
-// 0.47-0.56 and gelu_tanh 0.48-0.56, where one run before had 0.47 and 0.49; silu took 5.3-5.4 ms
-// where it took 6.9, and memcpy's time moved between runs (stop 73). Entries looked up 1024 at a
-// time into an array on the stack, then streamed from there, came to 0.45-0.53. The gathers
-// (Intel's CPUs with AVX512-FP16) keep their plain stores: not measured streamed.
+// speed streamed, 0.46-0.47 not; gelu_tanh 0.54-0.60 and 0.38-0.50. The bench, three runs,
+// streamed and with lookup_eight's codes one load each: silu 0.58-0.63 and gelu_tanh 0.56-0.65,
+// where one run before had 0.47 and 0.49 (stop 73). Entries looked up 1024 at a time into an
+// array on the stack, then streamed from there, came to 0.45-0.53. The gathers (Intel's CPUs with
+// AVX512-FP16) keep their plain stores: not measured streamed.
 template <class X, class Y>
 void activation_lookup(view<const X> x, view<Y> y, const Y* table, bool gather, bool streamed) {
 #if defined(TILEKERN_CONVERT_AVX512)
