@@ -211,6 +211,16 @@ TEST_CASE("activation kernel: strided views, mixed formats, in place, shape erro
   CHECK(std::all_of(result.begin(), result.end(), [](float v) { return v == 7.0f; }));
 }
 
+// The bits of a float or of a format's code.
+template <class T>
+std::uint32_t bits(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return std::bit_cast<std::uint32_t>(v);
+  } else {
+    return static_cast<std::uint32_t>(v.bits());
+  }
+}
+
 // Every code of X, at element (r, c) of a rows x cols view with a stride of cols + 5, into a y of
 // the same layout ending at a guard page: the lookup against the computed pass, bit for bit.
 template <class X, class Y>
@@ -231,13 +241,6 @@ void check_tables(act f, overflow on_overflow) {
   const view<const X> xv(x.data(), rows, cols, stride);
   const auto y_view = [&](test::guarded_buffer<Y>& y) {
     return view<Y>(y.data(), rows, cols, stride);
-  };
-  const auto bits = [](auto v) {
-    if constexpr (std::is_same_v<decltype(v), float>) {
-      return std::bit_cast<std::uint32_t>(v);
-    } else {
-      return static_cast<std::uint32_t>(v.bits());
-    }
   };
   const auto same = [&](test::guarded_buffer<Y>& a, test::guarded_buffer<Y>& b) {
     std::size_t differ = 0;
@@ -345,13 +348,6 @@ void check_streamed(rounding round, std::size_t stride) {
   test::guarded_buffer<X> x(size);
   for (std::size_t i = 0; i < size; ++i) x[i] = X::from_code(static_cast<std::uint32_t>(i % codes));
   const view<const X> xv(x.data(), rows, cols, stride);
-  const auto bits = [](auto v) {
-    if constexpr (std::is_same_v<decltype(v), float>) {
-      return std::bit_cast<std::uint32_t>(v);
-    } else {
-      return static_cast<std::uint32_t>(v.bits());
-    }
-  };
   for (act f : all_acts) {
     CAPTURE(name(f));
     test::guarded_buffer<Y> plain(size), streamed(size);

@@ -82,10 +82,11 @@ concept tabulated_format = minifloat_format<X> && X::code_bits <= 16;
 
 // y = f(x) computed: one pass of scalar::activation. Where f is not tabulated (a few operations a
 // lane) and y is larger than the caches (streams(y)), the columns that fill whole 64-byte lines
-// of y's rows go with non-temporal stores (write_rounded). On a 2-core AMD EPYC (Zen 4), a timing
-// program (as for activation_lookup below): relu from bf16 to bf16 over 16 Mi elements 1.16-1.30
-// times as fast streamed; silu and gelu_tanh, bound by their arithmetic, took 1.07-1.09 times as
-// long streamed, and are not (stop 73).
+// of y's rows go with non-temporal stores (write_rounded; where y's stride is whole lines too,
+// engine/lanes.hpp). On a 2-core AMD EPYC (Zen 4), a timing program (as for activation_lookup
+// below): relu from bf16 to bf16 over 16 Mi elements 1.16-1.30 times as fast streamed; silu and
+// gelu_tanh, bound by their arithmetic, took 1.07-1.09 times as long streamed, and are not
+// (stop 73).
 template <class X, class Y>
 void activation_computed(view<const X> x, view<Y> y, act f, const cast_options& cast) {
   write_rounded(y, cast, 0, !tabulated(f) && streams(y),
