@@ -58,7 +58,7 @@ inline std::size_t row_sum_roundings(std::size_t n, std::size_t slots = 64) {
 // The output element for an fp32 result x: the format's scalar definition, or x itself.
 template <class T>
 T expected_from_float(float x, const cast_options& cast, std::uint64_t index) {
-  if constexpr (is_fp32<T>) {
+  if constexpr (is_float<T>) {
     return x;
   } else {
     return T::from(x, cast, index);
@@ -67,7 +67,7 @@ T expected_from_float(float x, const cast_options& cast, std::uint64_t index) {
 
 template <class T>
 bool is_nan_element(const T& x) {
-  if constexpr (is_fp32<T>) {
+  if constexpr (is_float<T>) {
     return std::isnan(x);
   } else {
     return x.is_nan();

@@ -55,8 +55,8 @@ void check_twice(const shape& s, const gpsimd::options& opt, const std::string& 
 template <class In, class Out>
 void check_twice_everywhere(std::uint64_t seed, std::span<const cast_options> casts,
                             std::span<const core_config> configs) {
-  const std::string pair = type_name<In>() + " -> " + type_name<Out>();
-  if (is_fp32<Out>) casts = casts.first(1);
+  const std::string pair = name_of<In>() + " -> " + name_of<Out>();
+  if (is_float<Out>) casts = casts.first(1);
   for_each_isa([&](isa level) {
     for (const cast_options& cast : casts) {
       for (core_config config : configs) {
@@ -164,7 +164,7 @@ void check_two_in_two_out(const shape& s, bool broadcast, const gpsimd::options&
 template <class X, class B, class Y, class Z>
 void check_two_in_two_out_everywhere(std::uint64_t seed) {
   const std::string types =
-      type_name<X>() + ", " + type_name<B>() + " -> " + type_name<Y>() + ", " + type_name<Z>();
+      name_of<X>() + ", " + name_of<B>() + " -> " + name_of<Y>() + ", " + name_of<Z>();
   for_each_isa([&](isa level) {
     for (const cast_options& cast : all_casts) {
       for (core_config config : quick_core_configs) {
@@ -295,8 +295,8 @@ TEST_CASE("gpsimd: elementwise gives the same results backward and forward, and 
       for (const cast_options& cast : casts) {
         for (core_config config : quick_core_configs) {
           const gpsimd::options opt = with_cores({.cast = cast}, config);
-          const std::string where = type_name<In>() + " -> " + type_name<Out>() + " " +
-                                    describe(level, config, cast) + " n ";
+          const std::string where =
+              name_of<In>() + " -> " + name_of<Out>() + " " + describe(level, config, cast) + " n ";
           for (std::size_t n : {1u, 15u, 16u, 17u, 31u, 32u, 33u, 1000u, 4099u}) {
             for (std::size_t offset : {0u, 4u, 64u, 1000u, 2044u, 2048u, 2052u, 4032u, 4092u}) {
               check_direction<In, Out>(
@@ -441,7 +441,7 @@ double gelu_tanh_reference(double x) {
 template <class T>
 bool within(const T& got, double ref, double bound) {
   const double v = value_of(got);
-  if constexpr (is_fp32<T>) {
+  if constexpr (is_float<T>) {
     return std::fabs(v - ref) <= bound;
   } else {
     return value_of(T::from(ref - bound)) <= v && v <= value_of(T::from(ref + bound));
@@ -463,8 +463,8 @@ void check_approximation(Op op, Ref ref, Bound bound, double lo, double hi,
       for (std::size_t c = 0; c < cols; ++c) {
         const double v = value_of(x(r, c)), want = ref(v);
         if (!within(first(r, c), want, bound(v, want))) {
-          failures.add(what, " ", type_name<In>(), " -> ", type_name<Out>(), " ", name(level),
-                       ": x ", v, " gives ", value_of(first(r, c)), ", reference ", want);
+          failures.add(what, " ", name_of<In>(), " -> ", name_of<Out>(), " ", name(level), ": x ",
+                       v, " gives ", value_of(first(r, c)), ", reference ", want);
         }
       }
     }

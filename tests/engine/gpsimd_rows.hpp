@@ -141,9 +141,8 @@ template <class X, class G, class Y0, class Y1, class Y2, class Y3,
           class Variants = std::integer_sequence<unsigned, staged>>
 void check_stats_everywhere(std::uint64_t seed, std::span<const cast_options> casts = quick_casts,
                             std::span<const core_config> configs = quick_core_configs) {
-  const std::string types = type_name<X>() + ", " + type_name<G>() + " -> " + type_name<Y0>() +
-                            ", " + type_name<Y1>() + ", " + type_name<Y2>() + ", " +
-                            type_name<Y3>();
+  const std::string types = name_of<X>() + ", " + name_of<G>() + " -> " + name_of<Y0>() + ", " +
+                            name_of<Y1>() + ", " + name_of<Y2>() + ", " + name_of<Y3>();
   const auto each_variant = [&]<unsigned... Streams>(
       std::integer_sequence<unsigned, Streams...>, const shape& s, bool broadcast,
       const gpsimd::options& opt, const std::string& what) {

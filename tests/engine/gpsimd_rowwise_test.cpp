@@ -184,7 +184,7 @@ const auto rmsnorm = [](auto x, auto g, auto y) {
 template <class T>
 bool within(const T& got, double ref, double bound) {
   const double v = value_of(got);
-  if constexpr (is_fp32<T>) {
+  if constexpr (is_float<T>) {
     return std::fabs(v - ref) <= bound;
   } else {  // nearest-even rounding of any value within the bound (monotonic)
     return value_of(T::from(ref - bound)) <= v && v <= value_of(T::from(ref + bound));
@@ -224,8 +224,7 @@ void check_softmax_and_rmsnorm(std::size_t rows, std::size_t cols) {
         }
       }
     }
-    CHECK_MESSAGE(failures.count() == 0, type_name<X>(), " -> ", type_name<Y>(), "\n",
-                  failures.text());
+    CHECK_MESSAGE(failures.count() == 0, name_of<X>(), " -> ", name_of<Y>(), "\n", failures.text());
     // Streamed, the output or also x: the same bits (for outputs that are not float or bf16 the
     // streamed stats tests cover the encoding; each instantiation here costs compile time).
     if constexpr (std::is_same_v<Y, float> || std::is_same_v<Y, bf16>) {

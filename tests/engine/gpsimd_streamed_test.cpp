@@ -139,13 +139,13 @@ void check_helpers_on_streamed_rows(isa level) {
         [&](std::size_t, std::size_t c) {
           return static_cast<float>(value_of(x(0, c)) - value_of(w(0, c)));
         },
-        type_name<F>() + " " + std::string(name(level)) + " transform");
+        name_of<F>() + " " + std::string(name(level)) + " transform");
     check_elements(
         product,
         [&](std::size_t, std::size_t c) {
           return static_cast<float>(value_of(x(0, c)) * value_of(w(0, c)));
         },
-        type_name<F>() + " " + std::string(name(level)) + " stream");
+        name_of<F>() + " " + std::string(name(level)) + " stream");
   }
 }
 

@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/elements.hpp"
 #include "support/formats.hpp"
 #include "support/guarded.hpp"
 #include "tilekern/engine/gpsimd.hpp"
@@ -30,44 +31,12 @@
 
 namespace tilekern::test {
 
-template <class T>
-constexpr bool is_fp32 = std::is_same_v<T, float>;
-
-template <class T>
-std::string type_name() {
-  if constexpr (is_fp32<T>) {
-    return "float";
-  } else {
-    return format_name<T>();
-  }
-}
-
-// The exact value of an element, decoded independently of the library.
-template <class T>
-double value_of(const T& x) {
-  if constexpr (is_fp32<T>) {
-    return static_cast<double>(x);
-  } else {
-    return decode<T>(x.code()).value();
-  }
-}
-
-// The stored bits of an element (to compare NaNs, signed zeros and codes exactly).
-template <class T>
-std::uint32_t bits_of(const T& x) {
-  if constexpr (is_fp32<T>) {
-    return std::bit_cast<std::uint32_t>(x);
-  } else {
-    return x.bits();
-  }
-}
-
 // The element an exactly known fp32 result `exact` must give as output: the format's scalar
 // definition with `cast` and the element's index; for float outputs the value itself (callers
 // only pass values that fp32 represents exactly).
 template <class T>
 T expected_output(double exact, const cast_options& cast, std::uint64_t index) {
-  if constexpr (is_fp32<T>) {
+  if constexpr (is_float<T>) {
     return static_cast<float>(exact);
   } else {
     return T::from(exact, cast, index);
@@ -85,7 +54,7 @@ inline cast_options cast_of_output(cast_options cast, std::size_t k) {
 // distinctive sign.
 template <class T>
 T sentinel() {
-  if constexpr (is_fp32<T>) {
+  if constexpr (is_float<T>) {
     return std::bit_cast<float>(0xffa5a5a5u);
   } else {
     return T::from_code(T::nan_code | T::sign_code);
@@ -157,7 +126,7 @@ template <class T>
 T grid_value(std::mt19937_64& random, int limit = 3840, int fraction_bits = 8) {
   std::uniform_int_distribution<int> k(-limit, limit);
   const double x = std::ldexp(static_cast<double>(k(random)), -fraction_bits);
-  if constexpr (is_fp32<T>) {
+  if constexpr (is_float<T>) {
     return static_cast<float>(x);
   } else {
     return T::from(x, {.on_overflow = overflow::saturate});
@@ -180,7 +149,7 @@ void fill_uniform(tensor<T>& t, std::uint64_t seed, double lo, double hi) {
   std::uniform_real_distribution<double> u(lo, hi);
   for (std::size_t r = 0; r < t.rows(); ++r) {
     for (std::size_t c = 0; c < t.cols(); ++c) {
-      if constexpr (is_fp32<T>) {
+      if constexpr (is_float<T>) {
         t(r, c) = static_cast<float>(u(random));
       } else {
         t(r, c) = T::from(u(random));

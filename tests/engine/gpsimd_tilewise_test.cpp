@@ -98,10 +98,9 @@ void check_tiles(const shape& s, bool broadcast, const gpsimd::options& opt,
 template <std::size_t R, std::size_t C, class X, class G, class Y0, class Y1, class Y2, class Y3>
 void check_tiles_everywhere(std::uint64_t seed, std::span<const cast_options> casts = all_casts,
                             std::span<const core_config> configs = quick_core_configs) {
-  const std::string types = std::to_string(R) + "x" + std::to_string(C) + " tiles " +
-                            type_name<X>() + ", " + type_name<G>() + " -> " + type_name<Y0>() +
-                            ", " + type_name<Y1>() + ", " + type_name<Y2>() + ", " +
-                            type_name<Y3>();
+  const std::string types = std::to_string(R) + "x" + std::to_string(C) + " tiles " + name_of<X>() +
+                            ", " + name_of<G>() + " -> " + name_of<Y0>() + ", " + name_of<Y1>() +
+                            ", " + name_of<Y2>() + ", " + name_of<Y3>();
   for_each_isa([&](isa level) {  // tiles are plain fp32; the paths differ in the conversions
     for (const cast_options& cast : casts) {
       for (core_config config : configs) {

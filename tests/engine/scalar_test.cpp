@@ -146,7 +146,7 @@ void check_scale_bias(act f, shape s, broadcast scale_kind, broadcast bias_kind,
   const std::uint64_t index_stride = index_stride_of(indices, s.cols);
   const std::uint64_t stride = index_stride != 0 ? index_stride : s.cols;
   const auto out = vector::rounded(dst.v(), cast, indices.first_index, index_stride);
-  if constexpr (is_fp32<D>) {
+  if constexpr (is_float<D>) {
     // Every operand kind for fp32 destinations.
     scale.pass([&](const auto& scale_operand) {
       bias.pass([&](const auto& bias_operand) {
@@ -164,7 +164,7 @@ void check_scale_bias(act f, shape s, broadcast scale_kind, broadcast bias_kind,
     scalar::activation_sum(out, sums.v(), src.cv(), f, scale.data().cv(), bias.data().cv());
   }
   const double max_ulp = accuracy(f).max_ulp;
-  const std::string what = act_name(f) + " " + type_name<D>() + " " + shape_name(s.rows, s.cols) +
+  const std::string what = act_name(f) + " " + name_of<D>() + " " + shape_name(s.rows, s.cols) +
                            " scale " + broadcast_name(scale_kind) + " bias " +
                            broadcast_name(bias_kind) + " " + describe_cast(cast);
   mismatches failures;
@@ -226,7 +226,7 @@ TEST_CASE(
     for (act f : all_acts) {
       for (shape s : {shape{3, 15}, shape{7, 33}}) {
         for (const cast_options& cast : quick_casts) {
-          if (is_fp32<D> && cast.round != rounding::nearest_even) continue;
+          if (is_float<D> && cast.round != rounding::nearest_even) continue;
           const index_config indices =
               cast.round == rounding::stochastic ? index_config{977, 5} : index_config{0, 0};
           check_scale_bias<D>(f, s, broadcast::column, broadcast::column, cast, indices, true);

@@ -29,6 +29,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/elements.hpp"
 #include "support/guarded.hpp"
 #include "tilekern/engine/tensor.hpp"
 #include "tilekern/error.hpp"
@@ -43,42 +44,16 @@ namespace tilekern {
 namespace {
 
 using test::guarded_buffer;
+using test::is_float;
+using test::name_of;
+using test::saturated;
+using test::value_of;
 
 constexpr double u = 0x1p-24;
 
 double gamma(std::size_t n) {
   const double nu = static_cast<double>(n) * u;
   return nu / (1 - nu);
-}
-
-template <class T>
-constexpr bool is_float = std::is_same_v<T, float>;
-
-template <class T>
-std::string name_of() {
-  if constexpr (is_float<T>) {
-    return "float";
-  } else {
-    return format_name<T>();
-  }
-}
-
-template <class T>
-double value_of(T x) {
-  if constexpr (is_float<T>) {
-    return x;
-  } else {
-    return test::decode<T>(x.code()).value();
-  }
-}
-
-template <class T>
-T encode(double v) {
-  if constexpr (is_float<T>) {
-    return static_cast<float>(v);
-  } else {
-    return T::from(v, {.on_overflow = overflow::saturate});
-  }
 }
 
 // Formats, as engine/tensor.hpp decides which run on bf16 pairs.
@@ -135,7 +110,7 @@ void check_product(const std::vector<float>& acc_old, const std::vector<float>& 
 template <class T, std::size_t R, std::size_t C>
 void fill(tile<T, R, C>& t, std::mt19937_64& generator, double sigma) {
   std::normal_distribution<double> normal(0.0, sigma);
-  for (std::size_t i = 0; i < R * C; ++i) t.values[i] = encode<T>(normal(generator));
+  for (std::size_t i = 0; i < R * C; ++i) t.values[i] = saturated<T>(normal(generator));
 }
 
 // The decoded values of a tile, or of its transpose.
@@ -231,7 +206,7 @@ struct matrix {
         values(rows_ * cols_) {}
   void fill(std::mt19937_64& generator) {
     std::normal_distribution<double> normal;
-    for (std::size_t i = 0; i < data.size(); ++i) data[i] = encode<T>(normal(generator));
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = saturated<T>(normal(generator));
     for (std::size_t r = 0; r < rows; ++r)
       for (std::size_t c = 0; c < cols; ++c) values[r * cols + c] = value_of(data[r * ld + c]);
   }

@@ -140,8 +140,8 @@ void check_binary(Op op, shape s, broadcast kind, const cast_options& cast, inde
         const float x = apply(op, value_of(a(r, c)), b.at(r, c));
         return expected_from_float<D>(x, cast, indices.first_index + r * stride + c);
       },
-      std::string(binop_name(op)) + " " + type_name<D>() + " = " + type_name<A>() + " op " +
-          type_name<B>() + " (" + broadcast_name(kind) + ") " + shape_name(s.rows, s.cols) + " " +
+      std::string(binop_name(op)) + " " + name_of<D>() + " = " + name_of<A>() + " op " +
+          name_of<B>() + " (" + broadcast_name(kind) + ") " + shape_name(s.rows, s.cols) + " " +
           describe_cast(cast) + " first index " + std::to_string(indices.first_index));
 }
 
@@ -150,7 +150,7 @@ void check_binary(Op op, shape s, broadcast kind, const cast_options& cast, inde
 template <class D, class Body>
 void for_each_rounding(Body&& body) {
   for (const cast_options& cast : all_casts) {
-    if (is_fp32<D> && cast.round != rounding::nearest_even) continue;
+    if (is_float<D> && cast.round != rounding::nearest_even) continue;
     for (const index_config& indices : index_configs) {
       if (cast.round != rounding::stochastic && indices.first_index != 0) continue;
       body(cast, indices);
@@ -233,7 +233,7 @@ TEST_CASE("vector: bf16 and fp16 destinations saturate, and keep fp32 subnormals
         [&](std::size_t r, std::size_t c) {
           return expected_from_float<D>(static_cast<float>(value_of(source(r, c))), cast, 0);
         },
-        type_name<D>() + " from " + type_name<S>() + " " + describe_cast(cast) +
+        name_of<D>() + " from " + name_of<S>() + " " + describe_cast(cast) +
             (daz ? " under DAZ" : ""));
   };
   std::mt19937_64 random(7);
@@ -343,7 +343,7 @@ TEST_CASE("vector: map, three sources with broadcasts, each test format as desti
                            static_cast<float>(z.at(r, c)));
               return expected_from_float<D>(fma, cast, indices.first_index + r * stride + c);
             },
-            "map fma " + type_name<D>() + " " + shape_name(s.rows, s.cols) + " " +
+            "map fma " + name_of<D>() + " " + shape_name(s.rows, s.cols) + " " +
                 describe_cast(cast));
       });
     }
@@ -462,7 +462,7 @@ TEST_CASE("vector: select by a bool mask, a float mask and a format mask") {
           };
         };
         const std::string where =
-            " " + type_name<D>() + " " + shape_name(s.rows, s.cols) + " " + describe_cast(cast);
+            " " + name_of<D>() + " " + shape_name(s.rows, s.cols) + " " + describe_cast(cast);
         {
           tensor<D> dst(s.rows, s.cols, s.cols + 3);
           vector::select(vector::rounded(dst.v(), cast, indices.first_index, index_stride),
@@ -522,7 +522,7 @@ TEST_CASE("vector: affine_select, the causal mask with differing query and key l
                 return expected_from_float<D>(static_cast<float>(v), cast,
                                               indices.first_index + r * stride + c);
               },
-              "causal " + type_name<D>() + " " + shape_name(q.queries, q.keys) + " fill " +
+              "causal " + name_of<D>() + " " + shape_name(q.queries, q.keys) + " fill " +
                   std::to_string(fill) + " " + describe_cast(cast));
         });
       }
@@ -565,7 +565,7 @@ TEST_CASE("vector: iota, each test format as destination") {
                 return expected_from_float<D>(static_cast<float>(v), cast,
                                               indices.first_index + r * stride + c);
               },
-              "iota " + type_name<D>() + " " + shape_name(s.rows, s.cols) + " " +
+              "iota " + name_of<D>() + " " + shape_name(s.rows, s.cols) + " " +
                   describe_cast(cast));
         });
       }
@@ -588,8 +588,8 @@ void check_transpose(shape s, const cast_options& cast, index_config indices) {
         return expected_from_float<D>(static_cast<float>(value_of(src(c, r))), cast,
                                       indices.first_index + r * stride + c);
       },
-      "transpose " + type_name<D>() + " <- " + type_name<S>() + " " + shape_name(s.rows, s.cols) +
-          " " + describe_cast(cast));
+      "transpose " + name_of<D>() + " <- " + name_of<S>() + " " + shape_name(s.rows, s.cols) + " " +
+          describe_cast(cast));
 }
 
 TEST_CASE("vector: transpose, each test format as destination and source") {
@@ -611,7 +611,7 @@ TEST_CASE("vector: transpose, each test format as destination and source") {
 TEST_CASE("vector: elementwise results are bit-identical on every ISA path") {
   for_each_element_type([]<class D>() {
     for (shape s : {shape{7, 33}, shape{3, 1001}}) {
-      const cast_options cast = is_fp32<D>
+      const cast_options cast = is_float<D>
                                     ? cast_options{}
                                     : cast_options{rounding::stochastic, overflow::standard, 5, 1};
       tensor<bf16> x(s.rows, s.cols, s.cols + 1);
@@ -635,7 +635,7 @@ TEST_CASE("vector: elementwise results are bit-identical on every ISA path") {
         if (first.empty()) {
           first = bits;
         } else {
-          CHECK_MESSAGE(bits == first, type_name<D>(), " ", shape_name(s.rows, s.cols), ": ",
+          CHECK_MESSAGE(bits == first, name_of<D>(), " ", shape_name(s.rows, s.cols), ": ",
                         std::string(name(level)), " differs from the first path");
         }
       });
@@ -675,7 +675,7 @@ TEST_CASE("vector: vector::column gives the bits of the same column passed as a 
         vector::col_sum_of(view<float>(plain_acc.data(), 1, s.cols), g, x.cv(), column.cv());
         vector::col_sum_of(view<float>(marked_acc.data(), 1, s.cols), g, x.cv(),
                            vector::column(column.cv()));
-        const std::string what = type_name<D>() + " " + shape_name(s.rows, s.cols) + " " +
+        const std::string what = name_of<D>() + " " + shape_name(s.rows, s.cols) + " " +
                                  describe_cast(cast) + " first index " +
                                  std::to_string(indices.first_index);
         for (std::size_t c = 0; c < s.cols; ++c) {
@@ -741,7 +741,7 @@ void check_row_reductions(shape s, bool out_as_span) {
       lo = std::min(lo, v);
     }
     const auto n = static_cast<double>(s.cols);
-    INFO(type_name<T>(), " ", shape_name(s.rows, s.cols), " row ", r, " lanes ", active_lanes());
+    INFO(name_of<T>(), " ", shape_name(s.rows, s.cols), " row ", r, " lanes ", active_lanes());
     CHECK(std::fabs(sums[r] - sum) <= gamma(k) * magnitude);
     CHECK(std::fabs(means[r] - sum / n) <= gamma(k + 1) * magnitude / n);
     CHECK(maxes[r] == hi);
@@ -781,7 +781,7 @@ void check_col_reductions(shape s) {
       lo = std::min(lo, v);
     }
     const auto n = static_cast<double>(s.rows);
-    INFO(type_name<T>(), " ", shape_name(s.rows, s.cols), " column ", c);
+    INFO(name_of<T>(), " ", shape_name(s.rows, s.cols), " column ", c);
     CHECK(std::fabs(sums(0, c) - sum) <= gamma(k) * magnitude);
     CHECK(std::fabs(means(0, c) - sum / n) <= gamma(k + 1) * magnitude / n);
     CHECK(maxes(0, c) == hi);
@@ -1039,7 +1039,7 @@ void check_code_reductions() {
                      " and ", lo);
       }
     }
-    INFO(type_name<T>(), " background ", hex(bits_of(background)), " lanes ", active_lanes());
+    INFO(name_of<T>(), " background ", hex(bits_of(background)), " lanes ", active_lanes());
     CHECK_MESSAGE(failures.count() == 0, failures.count(), " mismatches\n", failures.text());
   }
 }
@@ -1109,7 +1109,7 @@ TEST_CASE("vector: row_sum_of and row_max_of an expression with broadcasts") {
           // fp32 x - m, rounded once (the max of rounded values is the rounded max).
           hi = std::max(hi, static_cast<float>(value_of(x(r, c)) - m.at(r, c)));
         }
-        INFO(type_name<T>(), " ", shape_name(s.rows, s.cols), " row ", r);
+        INFO(name_of<T>(), " ", shape_name(s.rows, s.cols), " row ", r);
         CHECK(std::fabs(sums(r, 0) - sum) <= gamma(k + 1) * magnitude);
         CHECK(maxes[r] == hi);
       }
@@ -1146,7 +1146,7 @@ TEST_CASE("vector: row_sums_of gives two sums of one pass") {
           product_magnitude += std::fabs(p);
           square_sum += deviation * deviation;
         }
-        INFO(type_name<T>(), " ", shape_name(s.rows, s.cols), " row ", r);
+        INFO(name_of<T>(), " ", shape_name(s.rows, s.cols), " row ", r);
         CHECK(std::fabs(products(r, 0) - product_sum) <= gamma(k + 1) * product_magnitude);
         CHECK(std::fabs(squares[r] - square_sum) <= gamma(k + 2) * square_sum);
       }
@@ -1197,7 +1197,7 @@ void check_sums_then_map(shape s, std::uint64_t seed, std::size_t q = 1) {
     tensor<D> want(s.rows, s.cols, s.cols + 1), got(s.rows, s.cols, s.cols + 1);
     vector::map(vector::rounded(want.v(), cast, 7, s.cols), f, x.cv(), vector::column(factor.cv()),
                 w.cv());
-    const std::string what = type_name<X>() + " to " + type_name<D>() + " " +
+    const std::string what = name_of<X>() + " to " + name_of<D>() + " " +
                              shape_name(s.rows, s.cols) + " in " + std::to_string(q) + " " +
                              describe_cast(cast);
     // sums_then_map into got (a view or a destination), checked against want.
@@ -1325,7 +1325,7 @@ TEST_CASE("vector: col_sum_of accumulates over blocks of rows") {
           sum += p;
           magnitude += std::fabs(p);
         }
-        INFO(type_name<T>(), " ", shape_name(s.rows, s.cols), " column ", c);
+        INFO(name_of<T>(), " ", shape_name(s.rows, s.cols), " column ", c);
         CHECK(std::fabs(acc(0, c) - sum) <= gamma(s.rows + 1) * magnitude);
       }
     }
@@ -1362,7 +1362,7 @@ TEST_CASE("vector: col_sums_of gives the bits of two col_sum_of, in one pass") {
         vector::col_sum_of(second_alone, difference, rows, w_rows, m_rows);
       }
       for (std::size_t c = 0; c < s.cols; ++c) {
-        INFO(type_name<T>(), " ", shape_name(s.rows, s.cols), " column ", c);
+        INFO(name_of<T>(), " ", shape_name(s.rows, s.cols), " column ", c);
         CHECK(std::bit_cast<std::uint32_t>(first(0, c)) ==
               std::bit_cast<std::uint32_t>(first_alone[c]));
         CHECK(std::bit_cast<std::uint32_t>(second(0, c)) ==
@@ -1423,7 +1423,7 @@ void check_bn(std::size_t rows, std::size_t cols, double offset, double sigma) {
   CHECK(stats.gaps_untouched());
   CHECK(mean_var.gaps_untouched());
   for (std::size_t r = 0; r < rows; ++r) {
-    INFO(type_name<T>(), " ", shape_name(rows, cols), " offset ", offset, " row ", r, " lanes ",
+    INFO(name_of<T>(), " ", shape_name(rows, cols), " offset ", offset, " row ", r, " lanes ",
          active_lanes());
     double max_bound_mean = 0, max_bound_var = 0;
     for (std::size_t c0 = 0, k = 0; c0 < cols; c0 += vector::bn_chunk, k += 3) {

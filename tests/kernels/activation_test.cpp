@@ -43,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/elements.hpp"
 #include "support/formats.hpp"
 #include "support/guarded.hpp"
 #include "tilekern/kernels/activation.hpp"
@@ -53,7 +54,8 @@
 namespace tilekern {
 namespace {
 
-constexpr double inf = std::numeric_limits<double>::infinity();
+using test::bits_of;
+using test::bracket;
 
 // simd/math.hpp's ulp of an exact result y.
 double ulp32(double y) {
@@ -113,18 +115,6 @@ TEST_CASE("activation kernel, float: within accuracy(f) of the fp64 reference") 
 }
 
 template <class F>
-std::vector<double> grid_of() {
-  std::vector<double> all;
-  for (std::uint32_t code = 0; code < (1u << F::code_bits); ++code) {
-    const F v = F::from_code(code);
-    if (!v.is_nan() && !v.is_inf()) all.push_back(v.to_double());
-  }
-  std::sort(all.begin(), all.end());
-  all.erase(std::unique(all.begin(), all.end()), all.end());
-  return all;
-}
-
-template <class F>
 void check_format() {
   const std::size_t step = F::code_bits > 16 ? 3 : 1;
   std::vector<F> inputs;
@@ -133,7 +123,6 @@ void check_format() {
   const std::size_t n = inputs.size();
   test::guarded_buffer<F> x(n), y(n), again(n);
   std::copy(inputs.begin(), inputs.end(), x.data());
-  const std::vector<double> grid = grid_of<F>();
   const double max = std::numeric_limits<F>::max().to_double();
   for (act f : all_acts) {
     for (rounding mode : {rounding::nearest_even, rounding::stochastic}) {
@@ -160,10 +149,7 @@ void check_format() {
           const F lo = F::from(ref - d), hi = F::from(ref + d);
           CHECK((y[i].bits() == lo.bits() || y[i].bits() == hi.bits()));
         } else {
-          const auto above_lo = std::upper_bound(grid.begin(), grid.end(), ref - d);
-          const double down = above_lo == grid.begin() ? -inf : *(above_lo - 1);
-          const auto at_hi = std::lower_bound(grid.begin(), grid.end(), ref + d);
-          const double up = at_hi == grid.end() ? inf : *at_hi;
+          const auto [down, up] = bracket<F>(ref - d, ref + d);
           CHECK((v >= down && v <= up));
         }
         ++checked;
@@ -211,16 +197,6 @@ TEST_CASE("activation kernel: strided views, mixed formats, in place, shape erro
   CHECK(std::all_of(result.begin(), result.end(), [](float v) { return v == 7.0f; }));
 }
 
-// The bits of a float or of a format's code.
-template <class T>
-std::uint32_t bits(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return std::bit_cast<std::uint32_t>(v);
-  } else {
-    return static_cast<std::uint32_t>(v.bits());
-  }
-}
-
 // Every code of X, at element (r, c) of a rows x cols view with a stride of cols + 5, into a y of
 // the same layout ending at a guard page: the lookup against the computed pass, bit for bit.
 template <class X, class Y>
@@ -244,7 +220,7 @@ void check_tables(act f, overflow on_overflow) {
   };
   const auto same = [&](test::guarded_buffer<Y>& a, test::guarded_buffer<Y>& b) {
     std::size_t differ = 0;
-    for (std::size_t i = 0; i < size; ++i) differ += bits(a[i]) != bits(b[i]) ? 1 : 0;
+    for (std::size_t i = 0; i < size; ++i) differ += bits_of(a[i]) != bits_of(b[i]) ? 1 : 0;
     return differ;
   };
   const cast_options cast{.on_overflow = on_overflow};
@@ -261,7 +237,7 @@ void check_tables(act f, overflow on_overflow) {
     detail::activation_lookup(xv, y_view(looked_up), table, gather, streamed);
     CHECK(same(computed, looked_up) == 0);
     for (std::size_t r = 0; r + 1 < rows; ++r) {  // the gaps between rows are left alone
-      for (std::size_t c = cols; c < stride; ++c) CHECK(bits(looked_up[r * stride + c]) == 0);
+      for (std::size_t c = cols; c < stride; ++c) CHECK(bits_of(looked_up[r * stride + c]) == 0);
     }
   }
   activation(xv, y_view(kernel), f, cast);  // takes the table now, whatever its size
@@ -359,8 +335,8 @@ void check_streamed(rounding round, std::size_t stride) {
     set_stream_threshold(std::nullopt);
     std::size_t differ = 0, gaps = 0;
     for (std::size_t i = 0; i < size; ++i) {
-      differ += bits(plain[i]) != bits(streamed[i]) ? 1 : 0;
-      gaps += i % stride >= cols && bits(streamed[i]) != 0 ? 1 : 0;
+      differ += bits_of(plain[i]) != bits_of(streamed[i]) ? 1 : 0;
+      gaps += i % stride >= cols && bits_of(streamed[i]) != 0 ? 1 : 0;
     }
     CHECK(differ == 0);
     CHECK(gaps == 0);

@@ -62,6 +62,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/elements.hpp"
 #include "support/formats.hpp"
 #include "support/guarded.hpp"
 #include "tilekern/kernels/attention.hpp"
@@ -72,54 +73,20 @@
 namespace tilekern {
 namespace {
 
+using test::bits_of;
+using test::bracket;
 using test::guarded_buffer;
+using test::is_float;
+using test::name_of;
+using test::saturated;
+using test::value_of;
 
 constexpr double u = 0x1p-24;
 constexpr double inf = std::numeric_limits<double>::infinity();
 
-template <class T>
-constexpr bool is_float = std::is_same_v<T, float>;
-
 double gamma(std::size_t n) {
   const double nu = static_cast<double>(n) * u;
   return nu / (1 - nu);
-}
-
-template <class T>
-double decode(T x) {
-  if constexpr (is_float<T>) {
-    return x;
-  } else {
-    return x.to_double();
-  }
-}
-
-// Inputs only (expected values come from the fp64 reference on the decoded inputs).
-template <class T>
-T encode(double x) {
-  if constexpr (is_float<T>) {
-    return static_cast<float>(x);
-  } else {
-    return T::from(x, {.on_overflow = overflow::saturate});
-  }
-}
-
-template <class T>
-std::uint32_t bits_of(T x) {
-  if constexpr (is_float<T>) {
-    return std::bit_cast<std::uint32_t>(x);
-  } else {
-    return x.bits();
-  }
-}
-
-template <class T>
-std::string name_of() {
-  if constexpr (is_float<T>) {
-    return "float";
-  } else {
-    return format_name<T>();
-  }
 }
 
 template <class T>
@@ -130,41 +97,14 @@ bool same_bits(const std::vector<T>& x, const std::vector<T>& y) {
 
 // ---- rounding to a format ----
 
-// The finite values of T, sorted.
-template <class T>
-const std::vector<double>& grid() {
-  static const std::vector<double> values = [] {
-    std::vector<double> all;
-    for (std::uint32_t code = 0; code < (1u << T::code_bits); ++code) {
-      const T x = T::from_code(code);
-      if (!x.is_nan() && !x.is_inf()) all.push_back(x.to_double());
-    }
-    std::sort(all.begin(), all.end());
-    all.erase(std::unique(all.begin(), all.end()), all.end());
-    return all;
-  }();
-  return values;
-}
-
-// The largest value of T <= lo and the smallest >= hi (-inf and inf beyond the finite range).
-template <class T>
-std::pair<double, double> bracket(double lo, double hi) {
-  const auto& g = grid<T>();
-  const auto above_lo = std::upper_bound(g.begin(), g.end(), lo);
-  const double down = above_lo == g.begin() ? -inf : *(above_lo - 1);
-  const auto at_hi = std::lower_bound(g.begin(), g.end(), hi);
-  const double up = at_hi == g.end() ? inf : *at_hi;
-  return {down, up};
-}
-
 // Whether `got` is what an fp32 result within `bound` of `want` becomes in T (see the top).
 template <class T>
 bool agrees(T got, double want, double bound, rounding mode) {
-  const double value = decode(got);
+  const double value = value_of(got);
   if constexpr (is_float<T>) {
     return std::abs(value - want) <= bound;
   } else if (mode == rounding::nearest_even) {
-    return value >= decode(T::from(want - bound)) && value <= decode(T::from(want + bound));
+    return value >= value_of(T::from(want - bound)) && value <= value_of(T::from(want + bound));
   } else {
     const auto [down, up] = bracket<T>(want - bound, want + bound);
     return value >= down && value <= up;
@@ -234,7 +174,7 @@ struct tensor {
   }
   std::vector<double> values() {
     std::vector<double> out(size());
-    for (std::size_t i = 0; i < size(); ++i) out[i] = decode((*this)[i]);
+    for (std::size_t i = 0; i < size(); ++i) out[i] = value_of((*this)[i]);
     return out;
   }
   void fill(std::mt19937_64& generator, double sigma) {
@@ -242,7 +182,7 @@ struct tensor {
     raw.resize(size());
     for (std::size_t i = 0; i < size(); ++i) {
       raw[i] = normal(generator);
-      (*this)[i] = encode<T>(raw[i]);
+      (*this)[i] = saturated<T>(raw[i]);
     }
   }
   // Every stored element, the gaps too.
@@ -354,7 +294,7 @@ struct problem {
     bias.fill(generator, 1.0);
     std::bernoulli_distribution masked(0.125);
     for (std::size_t i = 0; i < bias.size(); ++i) {
-      if (masked(generator) || i / c.seq_k == c.seq_q / 2) bias[i] = encode<B>(-inf);
+      if (masked(generator) || i / c.seq_k == c.seq_q / 2) bias[i] = saturated<B>(-inf);
     }
   }
   problem(const problem&) = delete;
@@ -538,9 +478,9 @@ void check_forward(const forward_result<O>& got, const expected_forward& want, s
       ++masked;
       if (lse != -inf) fail("row " + std::to_string(row) + ": lse " + std::to_string(lse));
       for (std::size_t d = 0; d < dim; ++d) {
-        if (decode(got.o[row * dim + d]) != 0.0) {
+        if (value_of(got.o[row * dim + d]) != 0.0) {
           fail("masked row " + std::to_string(row) + ": o " +
-               std::to_string(decode(got.o[row * dim + d])));
+               std::to_string(value_of(got.o[row * dim + d])));
         }
       }
       continue;
@@ -556,10 +496,10 @@ void check_forward(const forward_result<O>& got, const expected_forward& want, s
       const std::size_t i = row * dim + d;
       if (!agrees(got.o[i], want.o[i], want.o_bound[i], mode)) {
         fail("row " + std::to_string(row) + " column " + std::to_string(d) + ": o " +
-             std::to_string(decode(got.o[i])) + ", reference " + std::to_string(want.o[i]) +
+             std::to_string(value_of(got.o[i])) + ", reference " + std::to_string(want.o[i]) +
              ", bound " + std::to_string(want.o_bound[i]));
       } else if (is_float<O> && want.o_bound[i] > 0) {
-        worst().o = std::max(worst().o, std::abs(decode(got.o[i]) - want.o[i]) / want.o_bound[i]);
+        worst().o = std::max(worst().o, std::abs(value_of(got.o[i]) - want.o[i]) / want.o_bound[i]);
       }
     }
   }
@@ -889,12 +829,12 @@ void check_gradient(const char* name, const std::vector<D>& got, const std::vect
   for (std::size_t i = 0; i < got.size(); ++i) {
     if (!agrees(got[i], want[i], bound[i], mode)) {
       if (failures++ == 0) {
-        first = "element " + std::to_string(i) + ": " + std::to_string(decode(got[i])) +
+        first = "element " + std::to_string(i) + ": " + std::to_string(value_of(got[i])) +
                 ", reference " + std::to_string(want[i]) + ", bound " + std::to_string(bound[i]);
       }
     } else if (is_float<D> && bound[i] > 0) {
       worst().gradients =
-          std::max(worst().gradients, std::abs(decode(got[i]) - want[i]) / bound[i]);
+          std::max(worst().gradients, std::abs(value_of(got[i]) - want[i]) / bound[i]);
     }
   }
   INFO(what, ": ", name, " has ", failures, " elements beyond the bound, the first ", first);
@@ -1091,7 +1031,7 @@ std::size_t misplaced(const std::vector<T>& got, const std::vector<double>& afte
                       const std::vector<double>& before, const std::vector<double>& bound) {
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
-    const bool finite = std::isfinite(decode(got[i]));
+    const bool finite = std::isfinite(value_of(got[i]));
     if (finite != std::isfinite(after[i]) ||
         (finite && !agrees(got[i], before[i], bound[i], rounding::nearest_even))) {
       ++wrong;

@@ -32,6 +32,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/elements.hpp"
 #include "support/guarded.hpp"
 #include "tilekern/kernels/layernorm.hpp"
 #include "tilekern/reference/layernorm.hpp"
@@ -41,80 +42,16 @@
 namespace tilekern {
 namespace {
 
+using test::code_distance;
+using test::encoded;
 using test::guarded_buffer;
+using test::name_of;
+using test::same_bits;
+using test::saturated;
+using test::ulp;
+using test::value_of;
 
 constexpr double u = 0x1p-24;
-
-// ---- formats: decoding, encoding, spacing, distance in codes ----
-
-template <class T>
-double decode(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return v.to_double();
-  }
-}
-
-template <class T>
-T encode(double v, const cast_options& cast = {}) {
-  if constexpr (std::is_same_v<T, float>) {
-    return static_cast<float>(v);
-  } else {
-    return T::from(v, cast);
-  }
-}
-
-template <class T>
-std::string name_of() {
-  if constexpr (std::is_same_v<T, float>) {
-    return "float";
-  } else {
-    return format_name<T>();
-  }
-}
-
-// The spacing of T's values around |v| (the subnormal spacing below the normals).
-template <class T>
-double ulp(double v) {
-  // std::numeric_limits: digits counts the implicit bit; min_exponent is one above the smallest
-  // normal's exponent (as for float).
-  constexpr int mantissa_bits = std::numeric_limits<T>::digits - 1;
-  constexpr int min_exponent = std::numeric_limits<T>::min_exponent - 1;
-  const int exponent =
-      v == 0 || !std::isfinite(v) ? min_exponent : std::max(std::ilogb(v), min_exponent);
-  return std::ldexp(1.0, exponent - mantissa_bits);
-}
-
-// Codes in value order: the distance between two finite values in codes.
-template <class T>
-std::int64_t ordered(T v) {
-  std::uint32_t magnitude = 0;
-  bool negative = false;
-  if constexpr (std::is_same_v<T, float>) {
-    const auto bits = std::bit_cast<std::uint32_t>(v);
-    magnitude = bits & 0x7fffffffu;
-    negative = (bits >> 31) != 0;
-  } else {
-    magnitude = v.code() & T::magnitude_mask;
-    negative = (v.code() & T::sign_code) != 0;
-  }
-  return negative ? -static_cast<std::int64_t>(magnitude) : magnitude;
-}
-template <class T>
-std::int64_t code_distance(T a, T b) {
-  const std::int64_t d = ordered(a) - ordered(b);
-  return d < 0 ? -d : d;
-}
-
-template <class T>
-bool same_bits(T a, T b) {
-  if constexpr (std::is_same_v<T, float>) {
-    return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b);
-  } else {
-    return a.bits() == b.bits();
-  }
-}
 
 // What an fp32 result within `bound` of `want` may become in T: the bound plus T's rounding.
 template <class T>
@@ -128,12 +65,12 @@ double rounding_slack(double want, rounding mode) {
 template <class T>
 bool agrees(T got, double want, double bound, const cast_options& cast) {
   if constexpr (!std::is_same_v<T, float>) {
-    if (std::abs(want) >= decode(std::numeric_limits<T>::max())) {
-      const T expected = encode<T>(want, {.on_overflow = cast.on_overflow});
+    if (std::abs(want) >= value_of(std::numeric_limits<T>::max())) {
+      const T expected = encoded<T>(want, {.on_overflow = cast.on_overflow});
       return expected.is_nan() ? got.is_nan() : code_distance(got, expected) <= 1;
     }
   }
-  return std::abs(decode(got) - want) <= bound + rounding_slack<T>(want, cast.round);
+  return std::abs(value_of(got) - want) <= bound + rounding_slack<T>(want, cast.round);
 }
 
 // ---- a rows x cols problem with strided inputs, and its fp64 reference ----
@@ -159,14 +96,14 @@ struct problem {
 
   view<const X> x_view() { return {x.data(), rows, cols, stride}; }
   void set_x(std::size_t r, std::size_t c, double v) {
-    x[r * stride + c] = encode<X>(v, {.on_overflow = overflow::saturate});
-    x64[r * cols + c] = decode(x[r * stride + c]);
+    x[r * stride + c] = saturated<X>(v);
+    x64[r * cols + c] = value_of(x[r * stride + c]);
   }
   void set_gamma(std::size_t c, double g, double b) {
-    gamma[c] = encode<G>(g, {.on_overflow = overflow::saturate});
-    beta[c] = encode<B>(b, {.on_overflow = overflow::saturate});
-    gamma64[c] = decode(gamma[c]);
-    beta64[c] = decode(beta[c]);
+    gamma[c] = saturated<G>(g);
+    beta[c] = saturated<B>(b);
+    gamma64[c] = value_of(gamma[c]);
+    beta64[c] = value_of(beta[c]);
   }
   view<const double> x64_view() const { return {x64.data(), rows, cols}; }
 
@@ -237,7 +174,7 @@ struct output {
         y(rows_ == 0 ? 0 : (rows_ - 1) * stride_ + cols_) {
     for (std::size_t i = 0; i < y.size(); ++i) y[i] = sentinel();
   }
-  static Y sentinel() { return encode<Y>(1.5); }
+  static Y sentinel() { return encoded<Y>(1.5); }
   view<Y> view_of() { return {y.data(), rows, cols, stride}; }
   Y at(std::size_t r, std::size_t c) { return y[r * stride + c]; }
   bool gaps_untouched() {
@@ -284,7 +221,7 @@ forward_result check_forward(problem<X, G, B>& p, float eps, const cast_options&
     for (std::size_t c = 0; c < p.cols; ++c) {
       const double w = want[r * p.cols + c], m = magnitude[r * p.cols + c];
       const Y y = out.at(r, c);
-      const double got = decode(y), error = std::abs(got - w);
+      const double got = value_of(y), error = std::abs(got - w);
       if (!agrees(y, w, forward_bound() * m, cast)) {
         INFO("(", r, ", ", c, "): got ", got, ", want ", w, ", magnitude ", m);
         CHECK(agrees(y, w, forward_bound() * m, cast));
@@ -293,8 +230,8 @@ forward_result check_forward(problem<X, G, B>& p, float eps, const cast_options&
       if constexpr (std::is_same_v<Y, float>) {
         if (m > 0) result.worst_fp32 = std::max(result.worst_fp32, error / (u * m));
       } else if (cast.round == rounding::nearest_even) {
-        const std::int64_t distance = code_distance(y, encode<Y>(w, cast));
-        if (distance > 1 && std::abs(w) < decode(std::numeric_limits<Y>::max())) {
+        const std::int64_t distance = code_distance(y, encoded<Y>(w, cast));
+        if (distance > 1 && std::abs(w) < value_of(std::numeric_limits<Y>::max())) {
           if (std::abs(w) < 0x1p-12 * m) {
             ++result.cancelled;
           } else {
@@ -437,7 +374,7 @@ TEST_CASE("layernorm: saturating and standard overflow") {
   std::size_t infinite = 0;
   for (std::size_t i = 0; i < 3 * 31; ++i) {
     const fp8_e4m3 s = saturated.y[i], plain = standard.y[i];
-    CHECK(std::isfinite(decode(s)));
+    CHECK(std::isfinite(value_of(s)));
     CHECK(code_distance(s, fp8_e4m3::from(want[i], {.on_overflow = overflow::saturate})) <= 1);
     infinite += plain.is_inf() ? 1 : 0;
     if (std::abs(want[i]) > 248) CHECK(plain.is_inf());
@@ -626,7 +563,7 @@ backward_error check_backward(problem<X, G, G>& p, const std::vector<DY>& dy_cod
   std::vector<double> dy64(rows * cols);
   for (std::size_t i = 0; i < rows * cols; ++i) {
     dy[i] = dy_codes[i];
-    dy64[i] = decode(dy[i]);
+    dy64[i] = value_of(dy[i]);
   }
   std::vector<double> dx_ref(rows * cols), dgamma_ref(cols), dbeta_ref(cols), xhat(rows * cols);
   const view<const double> dy64_view(dy64.data(), rows, cols);
@@ -664,12 +601,12 @@ backward_error check_backward(problem<X, G, G>& p, const std::vector<DY>& dy_cod
       const double want = dx_ref[r * cols + c];
       const DX got = dx.at(r, c);
       if (!agrees(got, want, backward_bound * scale, cast)) {
-        INFO("dx(", r, ", ", c, "): got ", decode(got), ", want ", want, ", row scale ", scale);
+        INFO("dx(", r, ", ", c, "): got ", value_of(got), ", want ", want, ", row scale ", scale);
         CHECK(agrees(got, want, backward_bound * scale, cast));
         return worst;
       }
       if (std::is_same_v<DX, float> && scale > 0) {
-        worst.dx = std::max(worst.dx, std::abs(decode(got) - want) / (u * scale));
+        worst.dx = std::max(worst.dx, std::abs(value_of(got) - want) / (u * scale));
       }
     }
   }
@@ -683,10 +620,10 @@ backward_error check_backward(problem<X, G, G>& p, const std::vector<DY>& dy_cod
     CHECK(agrees(dgamma[c], dgamma_ref[c], backward_bound * dgamma_scale, cast));
     CHECK(agrees(dbeta[c], dbeta_ref[c], backward_bound * dbeta_scale, cast));
     if (std::is_same_v<DG, float> && dgamma_scale > 0) {
-      worst.dgamma =
-          std::max(worst.dgamma, std::abs(decode(dgamma[c]) - dgamma_ref[c]) / (u * dgamma_scale));
+      worst.dgamma = std::max(worst.dgamma,
+                              std::abs(value_of(dgamma[c]) - dgamma_ref[c]) / (u * dgamma_scale));
       worst.dbeta =
-          std::max(worst.dbeta, std::abs(decode(dbeta[c]) - dbeta_ref[c]) / (u * dbeta_scale));
+          std::max(worst.dbeta, std::abs(value_of(dbeta[c]) - dbeta_ref[c]) / (u * dbeta_scale));
     }
   }
   return worst;
@@ -697,7 +634,7 @@ std::vector<T> normal_codes(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 generator(seed);
   std::normal_distribution<double> normal;
   std::vector<T> codes(n);
-  for (T& v : codes) v = encode<T>(normal(generator), {.on_overflow = overflow::saturate});
+  for (T& v : codes) v = saturated<T>(normal(generator));
   return codes;
 }
 

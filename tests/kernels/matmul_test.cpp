@@ -47,6 +47,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/elements.hpp"
 #include "support/formats.hpp"
 #include "support/guarded.hpp"
 #include "tilekern/engine/tensor.hpp"
@@ -61,55 +62,24 @@
 namespace tilekern {
 namespace {
 
+using test::bits_of;
 using test::guarded_buffer;
+using test::is_float;
+using test::saturated;
+using test::value_of;
 
 constexpr double u = 0x1p-24;
 constexpr double inf = std::numeric_limits<double>::infinity();
-
-template <class T>
-constexpr bool is_float = std::is_same_v<T, float>;
 
 double gamma(std::size_t n) {
   const double nu = static_cast<double>(n) * u;
   return nu / (1 - nu);
 }
 
+// T's name (test::name_of), and below those of the precision policies.
 template <class T>
 std::string name_of() {
-  if constexpr (is_float<T>) {
-    return "float";
-  } else {
-    return format_name<T>();
-  }
-}
-
-// The exact value of an element, decoded independently of the library (tests/types/reference.hpp).
-template <class T>
-double value_of(T x) {
-  if constexpr (is_float<T>) {
-    return x;
-  } else {
-    return test::decode<T>(x.code()).value();
-  }
-}
-
-template <class T>
-std::uint32_t bits_of(T x) {
-  if constexpr (is_float<T>) {
-    return std::bit_cast<std::uint32_t>(x);
-  } else {
-    return x.bits();
-  }
-}
-
-// Inputs: the library's own encoder (inputs only; every expected value is decoded independently).
-template <class T>
-T encode(double v) {
-  if constexpr (is_float<T>) {
-    return static_cast<float>(v);
-  } else {
-    return T::from(v, {.on_overflow = overflow::saturate});
-  }
+  return test::name_of<T>();
 }
 
 template <class T>
@@ -218,7 +188,7 @@ struct operand {
 
   T& at(std::size_t r, std::size_t c) { return transpose ? data[c * ld + r] : data[r * ld + c]; }
   void set(std::size_t r, std::size_t c, double v) {
-    at(r, c) = encode<T>(v);
+    at(r, c) = saturated<T>(v);
     values[r * cols + c] = value_of(at(r, c));
   }
   void fill(std::mt19937_64& generator, double sigma) {
@@ -249,7 +219,7 @@ struct output {
         data(rows_ == 0 || cols_ == 0 ? 0 : (rows_ - 1) * ld + cols_) {
     for (std::size_t i = 0; i < data.size(); ++i) data[i] = sentinel();
   }
-  static C sentinel() { return encode<C>(1.5); }
+  static C sentinel() { return saturated<C>(1.5); }
   view<C> v() { return {data.data(), rows, cols, ld}; }
   C& at(std::size_t r, std::size_t c) { return data[r * ld + c]; }
   bool gaps_untouched() {
@@ -344,10 +314,10 @@ struct problem {
     b.fill(generator, 1.0);
     std::normal_distribution<double> normal;
     for (std::size_t j = 0; j < bias.size(); ++j) {
-      bias[j] = encode<bias_type>(normal(generator));
+      bias[j] = saturated<bias_type>(normal(generator));
       bias_values[j] = value_of(bias[j]);
     }
-    for (C& c : c_old) c = encode<C>(normal(generator));
+    for (C& c : c_old) c = saturated<C>(normal(generator));
   }
 
   std::string what() const {
@@ -676,7 +646,7 @@ void check_specials(const shape& s) {
   p.a.at(nan_row, s.k / 3) = std::numeric_limits<A>::quiet_NaN();
   p.b.at(s.k - 1, inf_col) = std::numeric_limits<B>::infinity();
   for (std::size_t r = 0; r < s.m; ++r) {  // no zero meets the inf
-    if (p.a.values[r * s.k + s.k - 1] == 0) p.a.at(r, s.k - 1) = encode<A>(1.0);
+    if (p.a.values[r * s.k + s.k - 1] == 0) p.a.at(r, s.k - 1) = saturated<A>(1.0);
   }
   const std::vector<float> got = p.run(matmul_options{.alpha = 0.5f});
   std::size_t wrong = 0;

@@ -28,6 +28,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/elements.hpp"
 #include "support/guarded.hpp"
 #include "tilekern/kernels/rmsnorm.hpp"
 #include "tilekern/reference/rmsnorm.hpp"
@@ -37,82 +38,20 @@
 namespace tilekern {
 namespace {
 
+using test::code_distance;
+using test::encoded;
 using test::guarded_buffer;
+using test::name_of;
+using test::same_bits;
+using test::saturated;
+using test::ulp;
+using test::value_of;
 
 constexpr double u = 0x1p-24;
 
-// ---- formats: decoding, encoding, spacing, distance in codes ----
-
-template <class T>
-double decode(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return v.to_double();
-  }
-}
-
-template <class T>
-T encode(double v, const cast_options& cast = {}) {
-  if constexpr (std::is_same_v<T, float>) {
-    return static_cast<float>(v);
-  } else {
-    return T::from(v, cast);
-  }
-}
-
-template <class T>
-std::string name_of() {
-  if constexpr (std::is_same_v<T, float>) {
-    return "float";
-  } else {
-    return format_name<T>();
-  }
-}
-
-// The spacing of T's values around |v| (the subnormal spacing below the normals).
-template <class T>
-double ulp(double v) {
-  constexpr int mantissa_bits = std::numeric_limits<T>::digits - 1;
-  constexpr int min_exponent = std::numeric_limits<T>::min_exponent - 1;
-  const int exponent =
-      v == 0 || !std::isfinite(v) ? min_exponent : std::max(std::ilogb(v), min_exponent);
-  return std::ldexp(1.0, exponent - mantissa_bits);
-}
-
-// Codes in value order: the distance between two finite values in codes.
-template <class T>
-std::int64_t ordered(T v) {
-  std::uint32_t magnitude = 0;
-  bool negative = false;
-  if constexpr (std::is_same_v<T, float>) {
-    const auto bits = std::bit_cast<std::uint32_t>(v);
-    magnitude = bits & 0x7fffffffu;
-    negative = (bits >> 31) != 0;
-  } else {
-    magnitude = v.code() & T::magnitude_mask;
-    negative = (v.code() & T::sign_code) != 0;
-  }
-  return negative ? -static_cast<std::int64_t>(magnitude) : magnitude;
-}
-template <class T>
-std::int64_t code_distance(T a, T b) {
-  const std::int64_t d = ordered(a) - ordered(b);
-  return d < 0 ? -d : d;
-}
-
-template <class T>
-bool same_bits(T a, T b) {
-  if constexpr (std::is_same_v<T, float>) {
-    return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b);
-  } else {
-    return a.bits() == b.bits();
-  }
-}
-
 template <class T>
 bool is_nan(T v) {
-  return std::isnan(decode(v));
+  return std::isnan(value_of(v));
 }
 
 // Whether `got` is an fp32 result within `bound` of `want`, rounded to T with `cast` (half an ulp
@@ -122,8 +61,8 @@ template <class T>
 bool agrees(T got, double want, double bound, const cast_options& cast) {
   if (std::isnan(want)) return is_nan(got);
   if constexpr (!std::is_same_v<T, float>) {
-    if (std::abs(want) >= decode(std::numeric_limits<T>::max())) {
-      const T expected = encode<T>(want, {.on_overflow = cast.on_overflow});
+    if (std::abs(want) >= value_of(std::numeric_limits<T>::max())) {
+      const T expected = encoded<T>(want, {.on_overflow = cast.on_overflow});
       return expected.is_nan() ? got.is_nan() : code_distance(got, expected) <= 1;
     }
   }
@@ -131,7 +70,7 @@ bool agrees(T got, double want, double bound, const cast_options& cast) {
   if constexpr (!std::is_same_v<T, float>) {
     slack = cast.round == rounding::nearest_even ? ulp<T>(want) / 2 : ulp<T>(want);
   }
-  return std::abs(decode(got) - want) <= bound + slack;
+  return std::abs(value_of(got) - want) <= bound + slack;
 }
 
 // The documented relative bound on the fp32 results on the active path.
@@ -162,12 +101,12 @@ struct problem {
 
   view<const X> x_view() { return {x.data(), rows, cols, stride}; }
   void set_x(std::size_t r, std::size_t c, double v) {
-    x[r * stride + c] = encode<X>(v, {.on_overflow = overflow::saturate});
-    x64[r * cols + c] = decode(x[r * stride + c]);
+    x[r * stride + c] = saturated<X>(v);
+    x64[r * cols + c] = value_of(x[r * stride + c]);
   }
   void set_gamma(std::size_t c, double g) {
-    gamma[c] = encode<G>(g, {.on_overflow = overflow::saturate});
-    gamma64[c] = decode(gamma[c]);
+    gamma[c] = saturated<G>(g);
+    gamma64[c] = value_of(gamma[c]);
   }
   view<const double> x64_view() const { return {x64.data(), rows, cols}; }
   std::vector<double> reference(double eps) const {
@@ -202,7 +141,7 @@ struct output {
         y(rows_ == 0 ? 0 : (rows_ - 1) * stride_ + cols_) {
     for (std::size_t i = 0; i < y.size(); ++i) y[i] = sentinel();
   }
-  static Y sentinel() { return encode<Y>(1.5); }
+  static Y sentinel() { return encoded<Y>(1.5); }
   view<Y> view_of() { return {y.data(), rows, cols, stride}; }
   Y at(std::size_t r, std::size_t c) { return y[r * stride + c]; }
   bool gaps_untouched() {
@@ -236,13 +175,13 @@ double check_forward(problem<X, G>& p, float eps, const cast_options& cast = {})
       bool ok = agrees(y, w, bound * std::abs(w), cast);
       if constexpr (!std::is_same_v<Y, float>) {
         if (cast.round == rounding::nearest_even && std::isfinite(w)) {
-          ok = ok && code_distance(y, encode<Y>(w, {.on_overflow = cast.on_overflow})) <= 1;
+          ok = ok && code_distance(y, encoded<Y>(w, {.on_overflow = cast.on_overflow})) <= 1;
         }
       } else if (w != 0 && std::isfinite(w)) {
         worst = std::max(worst, std::abs(y - w) / (u * std::abs(w)));
       }
       if (!ok) {
-        INFO("(", r, ", ", c, "): got ", decode(y), ", want ", w);
+        INFO("(", r, ", ", c, "): got ", value_of(y), ", want ", w);
         CHECK(ok);
         return worst;
       }
@@ -363,7 +302,7 @@ TEST_CASE("rmsnorm: saturating and standard overflow") {
   std::size_t infinite = 0;
   for (std::size_t i = 0; i < 3 * 31; ++i) {
     const fp8_e4m3 s = saturated.y[i], plain = standard.y[i];
-    CHECK(std::isfinite(decode(s)));
+    CHECK(std::isfinite(value_of(s)));
     CHECK(code_distance(s, fp8_e4m3::from(want[i], {.on_overflow = overflow::saturate})) <= 1);
     infinite += plain.is_inf() ? 1 : 0;
     if (std::abs(want[i]) > 248) CHECK(plain.is_inf());
@@ -379,13 +318,13 @@ void check_special_rows() {
   fill_normal(p, 80);
   std::mt19937_64 generator(81);
   std::normal_distribution<double> normal;
-  const double big = decode(std::numeric_limits<T>::max()) / 4;
+  const double big = value_of(std::numeric_limits<T>::max()) / 4;
   for (std::size_t c = 0; c < cols; ++c) {
     p.set_x(0, c, 0.0);                                                 // y = 0
-    p.set_x(1, c, decode(std::numeric_limits<T>::max()));               // y = gamma
+    p.set_x(1, c, value_of(std::numeric_limits<T>::max()));             // y = gamma
     p.set_x(2, c, big * std::clamp(normal(generator), -4.0, 4.0) / 4);  // squares overflow
     p.set_x(3, c, 1e-30 * normal(generator));                           // squares underflow
-    p.set_x(4, c, decode(std::numeric_limits<T>::denorm_min()));        // subnormal row
+    p.set_x(4, c, value_of(std::numeric_limits<T>::denorm_min()));      // subnormal row
     p.set_x(5, c, 1e30 * normal(generator));                            // huge
   }
   p.set_x(6, 5, std::numeric_limits<double>::quiet_NaN());  // the row is NaN
@@ -481,7 +420,7 @@ std::pair<double, double> check_backward(problem<X, G>& p, const std::vector<DY>
   std::vector<double> dy64(rows * cols);
   for (std::size_t i = 0; i < rows * cols; ++i) {
     dy[i] = dy_codes[i];
-    dy64[i] = decode(dy[i]);
+    dy64[i] = value_of(dy[i]);
   }
   std::vector<double> dx_ref(rows * cols), dgamma_ref(cols), xhat(rows * cols), ones(cols, 1.0);
   reference::rmsnorm_backward(view<const double>(dy64.data(), rows, cols), p.x64_view(), p.gamma64,
@@ -510,12 +449,12 @@ std::pair<double, double> check_backward(problem<X, G>& p, const std::vector<DY>
       const double want = dx_ref[r * cols + c];
       const DX got = dx.at(r, c);
       if (!agrees(got, want, backward_bound * scale, cast)) {
-        INFO("dx(", r, ", ", c, "): got ", decode(got), ", want ", want, ", row scale ", scale);
+        INFO("dx(", r, ", ", c, "): got ", value_of(got), ", want ", want, ", row scale ", scale);
         CHECK(agrees(got, want, backward_bound * scale, cast));
         return {worst_dx, worst_dgamma};
       }
       if (std::is_same_v<DX, float> && scale > 0) {
-        worst_dx = std::max(worst_dx, std::abs(decode(got) - want) / (u * scale));
+        worst_dx = std::max(worst_dx, std::abs(value_of(got) - want) / (u * scale));
       }
     }
   }
@@ -527,7 +466,7 @@ std::pair<double, double> check_backward(problem<X, G>& p, const std::vector<DY>
     CHECK(agrees(dgamma[c], dgamma_ref[c], backward_bound * scale, cast));
     if (std::is_same_v<DG, float> && scale > 0) {
       worst_dgamma =
-          std::max(worst_dgamma, std::abs(decode(dgamma[c]) - dgamma_ref[c]) / (u * scale));
+          std::max(worst_dgamma, std::abs(value_of(dgamma[c]) - dgamma_ref[c]) / (u * scale));
     }
   }
   return {worst_dx, worst_dgamma};
@@ -538,7 +477,7 @@ std::vector<T> normal_codes(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 generator(seed);
   std::normal_distribution<double> normal;
   std::vector<T> codes(n);
-  for (T& v : codes) v = encode<T>(normal(generator), {.on_overflow = overflow::saturate});
+  for (T& v : codes) v = saturated<T>(normal(generator));
   return codes;
 }
 

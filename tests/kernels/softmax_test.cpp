@@ -43,6 +43,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/elements.hpp"
 #include "support/formats.hpp"
 #include "support/guarded.hpp"
 #include "tilekern/kernels/softmax.hpp"
@@ -57,72 +58,15 @@ constexpr double u = 0x1p-24;
 constexpr double inf = std::numeric_limits<double>::infinity();
 constexpr std::size_t lengths[] = {1, 7, 31, 767, 769, 4097};
 
-template <class T>
-double decode(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return v.to_double();
-  }
-}
-
-template <class T>
-T encode(double v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return static_cast<float>(v);
-  } else {
-    return T::from(v, {.on_overflow = overflow::saturate});
-  }
-}
-
-template <class T>
-std::string name_of() {
-  if constexpr (std::is_same_v<T, float>) {
-    return "float";
-  } else {
-    return format_name<T>();
-  }
-}
+using test::bracket;
+using test::name_of;
+using test::saturated;
+using test::value_of;
 
 // The partial sums of the engine's row reductions, on every path (engine/lanes.hpp,
 // reduce_slots): they play the part of lanes in the error bound.
 std::size_t lanes() {
   return 64;
-}
-
-// The finite values of T, sorted (float: not listed; see bracket).
-template <class T>
-const std::vector<double>& grid() {
-  static const std::vector<double> values = [] {
-    std::vector<double> all;
-    for (std::uint32_t code = 0; code < (1u << T::code_bits); ++code) {
-      const T v = T::from_code(code);
-      if (!v.is_nan() && !v.is_inf()) all.push_back(v.to_double());
-    }
-    std::sort(all.begin(), all.end());
-    all.erase(std::unique(all.begin(), all.end()), all.end());
-    return all;
-  }();
-  return values;
-}
-
-// The largest value of T <= lo and the smallest >= hi (-inf and inf beyond the finite range).
-template <class T>
-std::pair<double, double> bracket(double lo, double hi) {
-  if constexpr (std::is_same_v<T, float>) {
-    auto down = static_cast<float>(lo);
-    if (down > lo) down = std::nextafter(down, -std::numeric_limits<float>::infinity());
-    auto up = static_cast<float>(hi);
-    if (up < hi) up = std::nextafter(up, std::numeric_limits<float>::infinity());
-    return {down, up};
-  } else {
-    const auto& g = grid<T>();
-    const auto above_lo = std::upper_bound(g.begin(), g.end(), lo);
-    const double down = above_lo == g.begin() ? -inf : *(above_lo - 1);
-    const auto at_hi = std::lower_bound(g.begin(), g.end(), hi);
-    const double up = at_hi == g.end() ? inf : *at_hi;
-    return {down, up};
-  }
 }
 
 // rows x cols of T in a guarded buffer, with a row stride.
@@ -142,7 +86,7 @@ struct tensor {
   std::vector<double> values() {
     std::vector<double> out(rows * cols);
     for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t c = 0; c < cols; ++c) out[r * cols + c] = decode(at(r, c));
+      for (std::size_t c = 0; c < cols; ++c) out[r * cols + c] = value_of(at(r, c));
     return out;
   }
 };
@@ -151,7 +95,7 @@ template <class T>
 void fill_normal(tensor<T>& t, std::mt19937_64& generator, double sigma) {
   std::normal_distribution<double> distribution(0.0, sigma);
   for (std::size_t r = 0; r < t.rows; ++r)
-    for (std::size_t c = 0; c < t.cols; ++c) t.at(r, c) = encode<T>(distribution(generator));
+    for (std::size_t c = 0; c < t.cols; ++c) t.at(r, c) = saturated<T>(distribution(generator));
 }
 
 enum class mask_kind { none, keep, keep_row, additive, additive_row };
@@ -219,10 +163,10 @@ void check_forward(const std::vector<double>& y, const std::vector<double>& ref,
       const auto [down, up] = bracket<Y>(ref[i] - bound, ref[i] + bound);
       if (mode == rounding::nearest_even) {
         // F::from is monotonic: the code of the fp32 result lies between these two.
-        const double lo = decode(Y::from(ref[i] - bound)), hi = decode(Y::from(ref[i] + bound));
+        const double lo = value_of(Y::from(ref[i] - bound)), hi = value_of(Y::from(ref[i] + bound));
         CHECK((y[i] >= lo && y[i] <= hi));
         // The bar: within 1 code of the correctly rounded result.
-        const double nearest = decode(Y::from(ref[i]));
+        const double nearest = value_of(Y::from(ref[i]));
         const auto [below, above] =
             bracket<Y>(std::nextafter(nearest, -inf), std::nextafter(nearest, inf));
         CHECK((y[i] >= below && y[i] <= above));
@@ -295,7 +239,7 @@ void forward_case(std::size_t rows, std::size_t cols, std::size_t stride, mask_k
   for (std::size_t i = 0; i < mask_rows * cols; ++i) {
     keep_values[i] = kept(generator);
     keep[i] = keep_values[i];
-    additive.buffer[i] = keep_values[i] ? encode<M>(normal(generator)) : encode<M>(-inf);
+    additive.buffer[i] = keep_values[i] ? saturated<M>(normal(generator)) : saturated<M>(-inf);
   }
   const std::vector<double> additive_values = additive.values();
   const auto ref = reference_softmax(x.values(), rows, cols, scale, kind, additive_values,
@@ -563,7 +507,8 @@ void backward_for_format() {
       reference::softmax(view<const double>(xs.data(), rows, cols), 0.7,
                          view<double>(probabilities.data(), rows, cols));
       for (std::size_t r = 0; r < rows; ++r)
-        for (std::size_t c = 0; c < cols; ++c) y.at(r, c) = encode<T>(probabilities[r * cols + c]);
+        for (std::size_t c = 0; c < cols; ++c)
+          y.at(r, c) = saturated<T>(probabilities[r * cols + c]);
       const std::vector<double> ys = y.values(), dys = dy.values();
       std::vector<double> ref(rows * cols);
       reference::softmax_backward(view<const double>(dys.data(), rows, cols),

@@ -27,7 +27,8 @@ class guarded_buffer {
     const std::size_t bytes = n * sizeof(T);
     const std::size_t data_pages = (bytes + page - 1) / page;
     mapped_bytes_ = (data_pages + 1) * page;
-    void* base = mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* base =
+        mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED) throw std::bad_alloc();
     base_ = static_cast<std::byte*>(base);
     std::byte* guard = base_ + data_pages * page;
