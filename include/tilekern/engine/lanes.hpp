@@ -1305,6 +1305,7 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
 // (Zen 5) at 4096 x 4096, x and y 16 bytes past a line, the ends built for every row took a
 // quarter of layernorm bf16's row passes (skipped, 0.72-0.75 of the time); made once, layernorm
 // bf16 by rows took 0.88-0.89 of the time, fp32 0.84-0.91, rmsnorm 0.83-0.84 and 0.91 (stop 71).
+// softmax's row passes take their ends so too (kernels/softmax.hpp; stop 75).
 template <class Out, class D>
 class row_ends {
  public:
@@ -1345,23 +1346,6 @@ HWY_INLINE auto streamed_row_ends(D d, const destination<Out, Streamed>& to,
     return no_row_ends{};
   }
 }
-// Row r of a streamed destination `to`, split at its lines, outside them, as row_ends maps it but
-// with its stores built for the row: softmax's row passes take their ends so (with row_ends, made
-// once per call or for each row, softmax bf16 4096 x 4096 took 1.09-1.32 times as long on the
-// Zen 5, why not looked into; stop 71).
-template <class D, class Out, bool Streamed, class F, class... Sources>
-HWY_INLINE void map_row_ends(D d, const destination<Out, Streamed>& to, const line_split& split,
-                             F& f, std::size_t r, const Sources&... sources) {
-  const auto piece = [&](std::size_t c, std::size_t k) {
-    if (k == 0) return;
-    const lane_store<Out, D> out(d, columns_of(plain(to), c, k));
-    map_row<false, combine::sum>(d, std::false_type(), out, column_out{nullptr, 0}, f,
-                                 no_prefetch(), r, k, from_column(sources, c)...);
-  };
-  piece(0, split.head);
-  piece(split.head + split.lines, split.tail);
-}
-
 // body(interleave, sources...) on lanes d: interleave is std::true_type where map_rows' interleaved
 // blocks apply (interleaved_rows), the float sources then read from copies in that order. A
 // compile-time flag, so that each row loop is compiled for exactly the blocks it runs: a run-time
