@@ -516,7 +516,8 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
     // (row_ends, engine/lanes.hpp); and all of them, in a loop of their own, from factor = 1 / the
     // row's sum. Built for each row, the ends' two stores took about 135 ns a row on a 2-core AMD
     // EPYC (Zen 4): built once, softmax bf16 4096 x 4096 ran 1.10-1.11 times as fast, fp32 1.09,
-    // 1024 x 256 streamed 1.74 (three processes; CONTRIBUTING.md, stop 75).
+    // 1024 x 256 streamed 1.74 (a timing program, three processes); in the bench fp32 0.81 of
+    // memcpy against 0.70, bf16 the same within its noise (CONTRIBUTING.md, stop 75).
     const auto y_ends = streamed_row_ends(d, destination<Y, Streamed>{y, cast}, split);
     const auto ends = [&](std::size_t r, float factor) TILEKERN_INLINE_LAMBDA {
       if constexpr (Streamed) y_ends.map(d, softmax_product, r, exponentials(r), constant(factor));
