@@ -551,7 +551,8 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
       // them `before`, by reference: gcc 12 read a copy of it back as one 64-byte load of what it
       // had just stored a word at a time, which then waited for those stores to reach L1, behind
       // the non-temporal stores of the products before them. On a 2-core AMD EPYC (Zen 4), bf16
-      // 4096 x 4096 softmax ran 1.05-1.09 times as fast by reference (CONTRIBUTING.md, stop 76).
+      // 4096 x 4096 softmax ran 1.01-1.12 times as fast by reference (median 1.06; in the bench
+      // 1.99x oneDNN against 1.82, median of five runs each; CONTRIBUTING.md, stop 76).
       const std::size_t next = std::min(r + 1, rows - 1);
       using along_type = decltype(before);
       const prefetch_both<prefetch_row<X>, prefetch_both<prefetch_write<Y>, const along_type&>>
