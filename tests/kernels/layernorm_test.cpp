@@ -32,6 +32,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/same_bits.hpp"
 #include "support/elements.hpp"
 #include "support/guarded.hpp"
 #include "tilekern/kernels/layernorm.hpp"
@@ -251,7 +252,7 @@ constexpr std::size_t row_lengths[] = {1, 7, 31, 767, 769, 4097};
 template <class T>
 void forward_every_shape(std::uint64_t seed) {
   // Blocks of 64 KiB of x, whatever the machine's L2: 17 rows of 4097 are several blocks (3 to
-  // 15 rows each, by format) and a shorter last one. blocks_test.cpp checks that the results
+  // 15 rows each, by format) and a shorter last one. same_bits.hpp checks that the results
   // are the same for every block size.
   const test::row_blocks_of blocks(std::size_t{64} << 10);
   for (std::size_t cols : row_lengths) {
@@ -316,7 +317,7 @@ TEST_CASE("layernorm: the accuracy bar (fp32 within B u of the magnitudes; bf16,
 
 TEST_CASE("layernorm: rows of whole chunks, stored one after another or strided, the same bits") {
   // Rows of several chunks (norm_chunk) stored one after another are summed as rows of one chunk
-  // each (row by row in the row passes, blocks_test.cpp); with a row stride, chunk by chunk, in
+  // each (row by row in the row passes, same_bits.hpp); with a row stride, chunk by chunk, in
   // the block passes: the same fp32 sums either way.
   for (std::size_t rows : {std::size_t{2}, std::size_t{5}}) {
     problem<bf16, bf16, bf16> dense(rows, 3072, 3072), strided(rows, 3072, 3077);
@@ -707,6 +708,46 @@ TEST_CASE("layernorm_backward: huge rows, reproducible stochastic gradients") {
   for (std::size_t i = 0; i < dx1.size(); ++i) CHECK(same_bits(dx1[i], dx2[i]));
   for (std::size_t i = 0; i < 31; ++i) CHECK(same_bits(dg1[i], dg2[i]));
   for (std::size_t i = 0; i < 31; ++i) CHECK(same_bits(db1[i], db2[i]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The same bits however the rows are taken (kernels/same_bits.hpp).
+
+// Every output of layernorm and layernorm_backward for same_bits.hpp's checks.
+template <class T>
+std::vector<test::named_bytes> same_bits_outputs(const test::output_shape& s) {
+  const test::same_bits_inputs<T> in(s.rows, s.cols);
+  const view<const T> x = in.matrix(in.x), gamma = in.row(in.gamma), beta = in.row(in.beta);
+  const cast_options stochastic{.round = rounding::stochastic, .seed = 9};
+  test::output_bytes<T> out(s);
+  const std::size_t matrix = out.matrix_size(), row = out.row_size();
+  out.run("layernorm", {matrix}, [&](auto& o) { layernorm(x, gamma, beta, o.matrix(0), 1e-5f); });
+  out.run("layernorm, stochastic", {matrix},
+          [&](auto& o) { layernorm(x, gamma, beta, o.matrix(0), 1e-5f, stochastic); });
+  out.run("layernorm_backward, stochastic", {matrix, row, row}, [&](auto& o) {
+    layernorm_backward(in.matrix(in.dy), x, gamma, o.matrix(0), o.row(1), o.row(2), 1e-5f,
+                       stochastic);
+  });
+  return std::move(out).bytes();
+}
+
+TEST_CASE("layernorm: the same bits for every size of the blocks of rows") {
+  test::same_bits_for_every_block_size("float", same_bits_outputs<float>);
+  test::same_bits_for_every_block_size("bf16", same_bits_outputs<bf16>);
+  test::same_bits_for_every_block_size("fp8_e4m3", same_bits_outputs<fp8_e4m3>);
+}
+
+TEST_CASE("layernorm: the same bits row by row as by blocks of rows") {
+  test::same_bits_row_by_row("float", same_bits_outputs<float>);
+  test::same_bits_row_by_row("bf16", same_bits_outputs<bf16>);
+  test::same_bits_row_by_row("fp8_e4m3", same_bits_outputs<fp8_e4m3>);
+}
+
+TEST_CASE("layernorm: the same bits with non-temporal stores") {
+  test::same_bits_streamed<float>("float", same_bits_outputs<float>);
+  test::same_bits_streamed<bf16>("bf16", same_bits_outputs<bf16>);
+  test::same_bits_streamed<fp16>("fp16", same_bits_outputs<fp16>);
+  test::same_bits_streamed<fp8_e4m3>("fp8_e4m3", same_bits_outputs<fp8_e4m3>);
 }
 
 }  // namespace

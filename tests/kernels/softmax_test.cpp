@@ -38,11 +38,13 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "kernels/same_bits.hpp"
 #include "support/elements.hpp"
 #include "support/formats.hpp"
 #include "support/guarded.hpp"
@@ -577,6 +579,125 @@ TEST_CASE("softmax shape errors name the argument and both sizes, and write noth
                        "tilekern::softmax_backward: dx is 3x2, expected 3x4 (the shape of y)",
                        shape_error);
   CHECK(unchanged());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The same bits however the rows are taken (kernels/same_bits.hpp), and with a row's products
+// fused with the next row's exponentials or not.
+
+// Every output of softmax (no mask, an additive mask of every row or one row, a bool mask; a
+// scale; stochastic rounding) and softmax_backward for same_bits.hpp's checks.
+template <class T>
+std::vector<test::named_bytes> same_bits_outputs(const test::output_shape& s) {
+  const test::same_bits_inputs<T> in(s.rows, s.cols);
+  const view<const T> x = in.matrix(in.x);
+  const cast_options stochastic{.round = rounding::stochastic, .seed = 9};
+  test::output_bytes<T> out(s);
+  const std::size_t matrix = out.matrix_size();
+  out.run("softmax, scale 0.7", {matrix},
+          [&](auto& o) { softmax(x, o.matrix(0), {.scale = 0.7f}); });
+  out.run("softmax, stochastic", {matrix},
+          [&](auto& o) { softmax(x, o.matrix(0), {}, stochastic); });
+  out.run("softmax, additive mask", {matrix},
+          [&](auto& o) { softmax(x, in.matrix(in.additive), o.matrix(0), {.scale = 1.5f}); });
+  out.run("softmax, a row of additive mask", {matrix},
+          [&](auto& o) { softmax(x, in.row(in.additive), o.matrix(0), {.scale = 1.5f}); });
+  out.run("softmax, bool mask", {matrix}, [&](auto& o) {
+    softmax(x, view<const bool>(in.keep.get(), s.rows, s.cols), o.matrix(0));
+  });
+  out.run("softmax and softmax_backward", {matrix, matrix}, [&](auto& o) {
+    softmax(x, o.matrix(0));
+    softmax_backward(in.matrix(in.dy), view<const T>(o.matrix(0)), o.matrix(1), {.scale = 0.7f});
+  });
+  return std::move(out).bytes();
+}
+
+TEST_CASE("softmax: the same bits for every size of the blocks of rows") {
+  test::same_bits_for_every_block_size("float", same_bits_outputs<float>);
+  test::same_bits_for_every_block_size("bf16", same_bits_outputs<bf16>);
+  test::same_bits_for_every_block_size("fp8_e4m3", same_bits_outputs<fp8_e4m3>);
+}
+
+TEST_CASE("softmax: the same bits row by row as by blocks of rows") {
+  test::same_bits_row_by_row("float", same_bits_outputs<float>);
+  test::same_bits_row_by_row("bf16", same_bits_outputs<bf16>);
+  test::same_bits_row_by_row("fp8_e4m3", same_bits_outputs<fp8_e4m3>);
+}
+
+TEST_CASE("softmax: the same bits with non-temporal stores") {
+  test::same_bits_streamed<float>("float", same_bits_outputs<float>);
+  test::same_bits_streamed<bf16>("bf16", same_bits_outputs<bf16>);
+  test::same_bits_streamed<fp16>("fp16", same_bits_outputs<fp16>);
+  test::same_bits_streamed<fp8_e4m3>("fp8_e4m3", same_bits_outputs<fp8_e4m3>);
+}
+
+// detail::set_softmax_fusion(on) for the life of the object, then the default.
+class softmax_fusion_of {
+ public:
+  explicit softmax_fusion_of(bool on) { detail::set_softmax_fusion(on); }
+  ~softmax_fusion_of() { detail::set_softmax_fusion(std::nullopt); }
+  softmax_fusion_of(const softmax_fusion_of&) = delete;
+  softmax_fusion_of& operator=(const softmax_fusion_of&) = delete;
+};
+
+// softmax's row passes give the same bits with a row's products alongside the next row's
+// exponentials (fused) as in a loop of their own, at 769 columns and at 4096 (rows 16 bytes past a
+// line, as a std::vector's), y streamed where it can be and not, with and without a mask
+// (same_bits_outputs), whichever the machine would choose (softmax_fuses).
+template <class T>
+void same_bits_fused(const std::string& format) {
+  const std::size_t sixteen_bytes = 16 / sizeof(T);
+  for (const std::size_t cols : {std::size_t{769}, std::size_t{4096}}) {
+    for (const std::size_t threshold : {std::size_t{0}, SIZE_MAX}) {
+      const test::stream_threshold_of streaming(threshold);
+      const test::output_shape s{37, cols, cols, cols == 4096 ? sixteen_bytes : 0};
+      const auto want = [&] {
+        const softmax_fusion_of off(false);
+        return same_bits_outputs<T>(s);
+      }();
+      const softmax_fusion_of on(true);
+      test::check_same_bytes(
+          same_bits_outputs<T>(s), want,
+          test::shape_text(format, s) + ", stream threshold " + std::to_string(threshold));
+    }
+  }
+}
+
+TEST_CASE("softmax: the same bits with its products fused or not") {
+  same_bits_fused<float>("float");
+  same_bits_fused<bf16>("bf16");
+  same_bits_fused<fp8_e4m3>("fp8_e4m3");
+}
+
+// When softmax's row passes fuse a row's products with the next row's exponentials: where two
+// fp32 rows and a row of x fit in L1, a streamed y on Intel processors only, exponentials in y's
+// rows where those rows do not start within 512 bytes of each other modulo 4 KiB.
+TEST_CASE("softmax fuses its products by the L1's size, the vendor and y's stride") {
+  const bool amd = detected_cpu_features().amd;
+  const std::size_t l1 = l1_cache_bytes();
+  INFO("L1 ", l1, " bytes");
+  CHECK(l1 >= (std::size_t{16} << 10));
+  CHECK(detail::rows_alias(4096));
+  CHECK(detail::rows_alias(16384 + 511));
+  CHECK(detail::rows_alias(8192 - 511));
+  CHECK_FALSE(detail::rows_alias(4096 + 512));
+  CHECK_FALSE(detail::rows_alias(3072));
+  const std::size_t cols = l1 / 12;  // two fp32 rows and one of fp32 x: all of L1
+  CHECK(detail::softmax_fuses(true, cols, sizeof(float), 0) == !amd);
+  CHECK(detail::softmax_fuses(false, cols, sizeof(float), 3072));
+  CHECK_FALSE(detail::softmax_fuses(false, cols, sizeof(float), 4096));
+  CHECK_FALSE(detail::softmax_fuses(false, cols + 1, sizeof(float), 3072));
+  CHECK_FALSE(detail::softmax_fuses(true, l1 / 10 + 1, sizeof(bf16), 0));
+  CHECK(detail::softmax_fuses(false, 768, sizeof(float), 768 * sizeof(float)));
+  {
+    const softmax_fusion_of on(true);
+    CHECK(detail::softmax_fuses(false, cols + 1, sizeof(float), 4096));
+  }
+  {
+    const softmax_fusion_of off(false);
+    CHECK_FALSE(detail::softmax_fuses(false, 768, sizeof(float), 768 * sizeof(float)));
+  }
+  CHECK(detail::softmax_fuses(false, 768, sizeof(float), 768 * sizeof(float)));
 }
 
 }  // namespace

@@ -678,7 +678,7 @@ HWY_INLINE hn::Vec<D> identity_lanes(D d) {
 // and not in others: layernorm's sums of squares on the AVX2 path then differed in their last bit
 // between the row passes and the block passes (CONTRIBUTING.md, stop 57). 512-bit vectors are
 // left to the compiler: gcc 12 fuses their chains under every tuning, and the barrier there cost
-// layernorm and rmsnorm bf16 1576 x 768 8% on that machine (tests/kernels/blocks_test.cpp would
+// layernorm and rmsnorm bf16 1576 x 768 8% on that machine (tests/kernels/same_bits.hpp would
 // show a compiler that fuses them unevenly). On x86's vector targets only (Highway's emulated
 // ones keep their lanes in arrays).
 template <class V>

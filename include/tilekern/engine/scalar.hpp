@@ -8,7 +8,9 @@
 //   exp(dst, src[, scale[, bias]])         activation with act::exp, which attention reads as
 //                                           exp(p, s) (and the other acts likewise)
 //
-// func is a tilekern::act (simd/math.hpp, which documents each function's error in fp32 ulp).
+// func is a tilekern::act (simd/math.hpp, which documents each function's error in fp32 ulp), or
+// act_constant<F>() for a function F known at compile time: the loops are then compiled for F
+// alone, where an act compiles them for all 17 (exp below, and attention, take exp so).
 // scale and bias are floats or views: one column (a value per row, e.g. a row's -max for
 // softmax), one row, or the shape of src; dst and src follow the vector engine's rules
 // (engine/vector.hpp): any format, rounded(dst, cast, ...) for the caller's rounding. The
@@ -16,6 +18,7 @@
 // bias it is src * scale, and without a scale src itself (so func(-0) is func of -0, where
 // -0 * 1 + 0 would be +0: 1 / -0 is -inf).
 
+#include <type_traits>
 #include <utility>
 
 #include "tilekern/engine/vector.hpp"
@@ -39,9 +42,16 @@ V argument(V src, V scale, V bias) {
   return hwy::HWY_NAMESPACE::MulAdd(src, scale, bias);
 }
 
-template <bool Reduce, class Dst, class Sums, class Src, class... ScaleBias>
-void activate(const char* function, Dst&& dst, Sums&& sums, const Src& src, act func,
+// Whether Func is a function the scalar engine takes: an act, or an act_constant.
+template <class Func>
+inline constexpr bool is_function = std::is_same_v<Func, act>;
+template <act F>
+inline constexpr bool is_function<act_constant<F>> = true;
+
+template <bool Reduce, class Dst, class Sums, class Src, class Func, class... ScaleBias>
+void activate(const char* function, Dst&& dst, Sums&& sums, const Src& src, Func func,
               const ScaleBias&... scale_bias) {
+  static_assert(is_function<Func>, "tilekern::scalar: func is a tilekern::act or an act_constant");
   static_assert(sizeof...(ScaleBias) <= 2, "give at most a scale and a bias");
   tilekern::detail::visit_act(func, [&](auto f) {
     vector::detail::elementwise<Reduce>(
@@ -56,8 +66,8 @@ void activate(const char* function, Dst&& dst, Sums&& sums, const Src& src, act 
 }  // namespace detail
 
 // dst = func(src), func(src * scale) or func(src * scale + bias).
-template <class Dst, class Src, class... ScaleBias>
-void activation(Dst&& dst, const Src& src, act func, const ScaleBias&... scale_bias) {
+template <class Dst, class Src, class Func, class... ScaleBias>
+void activation(Dst&& dst, const Src& src, Func func, const ScaleBias&... scale_bias) {
   detail::activate<false>("tilekern::scalar::activation", std::forward<Dst>(dst), nullptr, src,
                           func, scale_bias...);
 }
@@ -65,8 +75,8 @@ void activation(Dst&& dst, const Src& src, act func, const ScaleBias&... scale_b
 // The same, and sums[r] = the fp32 sum of row r's results (lane-wise partial sums in element
 // order, then the lanes combined: see engine/vector.hpp). sums is a rows x 1 view of float or a
 // range of rows floats.
-template <class Dst, class Sums, class Src, class... ScaleBias>
-void activation_sum(Dst&& dst, Sums&& sums, const Src& src, act func,
+template <class Dst, class Sums, class Src, class Func, class... ScaleBias>
+void activation_sum(Dst&& dst, Sums&& sums, const Src& src, Func func,
                     const ScaleBias&... scale_bias) {
   detail::activate<true>("tilekern::scalar::activation_sum", std::forward<Dst>(dst),
                          std::forward<Sums>(sums), src, func, scale_bias...);
@@ -75,7 +85,7 @@ void activation_sum(Dst&& dst, Sums&& sums, const Src& src, act func,
 // dst = exp(src), exp(src * scale) or exp(src * scale + bias).
 template <class Dst, class Src, class... ScaleBias>
 void exp(Dst&& dst, const Src& src, const ScaleBias&... scale_bias) {
-  activation(std::forward<Dst>(dst), src, act::exp, scale_bias...);
+  activation(std::forward<Dst>(dst), src, act_constant<act::exp>(), scale_bias...);
 }
 
 }  // namespace tilekern::scalar

@@ -39,7 +39,7 @@
 // 8 KiB, the next row's sums before this row's map, while its statistics complete; rows two at a
 // time, as in step 4), after step 1 over the block. A row whose mean is not kept from the one pass,
 // or whose statistics need the scale below, is left to the steps above, run over the runs of such
-// rows. The bits are the same either way (tests/kernels/blocks_test.cpp); set_row_passes(false)
+// rows. The bits are the same either way (tests/kernels/same_bits.hpp); set_row_passes(false)
 // (simd/isa.hpp) turns the row passes off. A streamed y (stream_threshold()) takes them too on
 // Intel processors, with non-temporal stores over the whole 64-byte lines of its rows
 // (engine/lanes.hpp, reduce_then_map_rows): on a 2-core Intel Xeon with AMX at 4096 x 4096,

@@ -29,7 +29,7 @@
 // next row's sum before this row's map, while its rstd completes; rows two at a time, gamma loaded
 // once for both: engine/lanes.hpp, reduce_then_map_rows). A row whose sum needs the
 // scale below is left to the steps above, run over the runs of such rows. The bits are the same
-// either way (tests/kernels/blocks_test.cpp); set_row_passes(false) (simd/isa.hpp) turns the
+// either way (tests/kernels/same_bits.hpp); set_row_passes(false) (simd/isa.hpp) turns the
 // row passes off. A streamed y takes them too, with non-temporal stores over its rows' lines (on
 // AMD processors since stop 71, where layernorm's takes the block passes); rows of one chunk of a
 // format narrower than float take the block passes on AMD's (norm_row_passes below).
@@ -429,7 +429,7 @@ void norm_runs(view<const float> scale, Body&& body) {
 //   passes had run layernorm bf16 1576 x 768 at 1.07-1.09 times oneDNN's speed and the block
 //   passes, before them, at 1.05-1.12 (CONTRIBUTING.md, Known gaps).
 // Set, the row passes are taken as on Intel processors whatever the vendor: so that the tests run
-// them on AMD's too (tests/kernels/blocks_test.cpp).
+// them on AMD's too (tests/kernels/same_bits.hpp).
 inline std::atomic<bool>& norm_row_passes_everywhere() {
   static std::atomic<bool> on{false};
   return on;

@@ -36,7 +36,7 @@
 // on a Zen 5, stop 71), and the row of y for writing (a float y not streamed: the next row, into
 // which the next exponentials go), so that reading x and writing y from memory overlap exp's
 // arithmetic, where the block passes wait for each in turn. The bits are the same either way
-// (tests/kernels/blocks_test.cpp). On a 2-core Intel Xeon with AVX512-BF16 (Emerald Rapids
+// (tests/kernels/same_bits.hpp). On a 2-core Intel Xeon with AVX512-BF16 (Emerald Rapids
 // class), the bench built with and without them, seven rounds alternating the two (medians of 3
 // runs each): bf16 1576 x 768 1.05-1.13 times as fast (median 1.11), 4096 x 4096 1.42-1.64
 // (1.51); fp32 1.29-1.36 (1.31) and 0.90-1.55 (1.37). Prefetching a float y's next row rather

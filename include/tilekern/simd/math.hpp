@@ -120,6 +120,12 @@ enum class act : std::uint8_t {
   abs
 };
 
+// A function fixed at compile time, as the scalar engine takes it in place of an act
+// (scalar::activation(dst, src, act_constant<act::silu>()), engine/scalar.hpp): its loops are then
+// compiled for that function alone, where a run-time act compiles them for all 17.
+template <act F>
+using act_constant = std::integral_constant<act, F>;
+
 inline constexpr act all_acts[] = {
     act::identity, act::exp,       act::log,        act::tanh,     act::sigmoid, act::relu,
     act::gelu_erf, act::gelu_tanh, act::silu,       act::softplus, act::mish,    act::erf,
@@ -229,10 +235,12 @@ namespace detail {
 
 namespace hn = hwy::HWY_NAMESPACE;
 
-// The activation as a compile-time value, so that a loop is compiled once per function.
-template <act F>
-using act_constant = std::integral_constant<act, F>;
-
+// body(act_constant<f>()): a loop in body is compiled once per function, and once in all for an
+// act_constant.
+template <act F, class Body>
+decltype(auto) visit_act(act_constant<F> f, Body&& body) {
+  return body(f);
+}
 template <class Body>
 decltype(auto) visit_act(act f, Body&& body) {
   switch (f) {
