@@ -5,10 +5,11 @@
 // 105593) appear only where those paths are instantiated and optimised, and only in translation
 // units that have not included xsimd first (engine/gpsimd.hpp silences them for the intrinsics'
 // own lines): softmax's exp table lookup once broke every AVX-512 build of softmax_test.cpp that
-// way, unseen by the AVX2 machines that tested it (at the tests' -O1: gcc 12 gives the headers'
-// "'__Y' is used uninitialized" warnings alike at -O1 and -O2, and -O1 takes 0.55 of the time;
-// CONTRIBUTING.md, stop 77). Each kernel for float, bf16 and fp16 (the formats with AVX-512
-// instructions of their own) and fp8_e4m3 (the general encoder).
+// way, unseen by the AVX2 machines that tested it. At -O1: gcc 12 gives the headers' "'__Y' is
+// used uninitialized" warnings alike at -O1 and -O2 (that lookup's _mm512_permutexvar_ps among
+// them), and -O1 takes two thirds of the time (CONTRIBUTING.md, stop 77). Each kernel for float,
+// bf16 and fp16 (the formats with AVX-512 instructions of their own) and fp8_e4m3 (the general
+// encoder).
 #include <span>
 
 #if defined(TILEKERN_LINT_LAYERNORM)
