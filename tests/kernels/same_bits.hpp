@@ -1,9 +1,9 @@
 #pragma once
 // The normalisation and softmax kernels' results must not depend on how they go through their
 // rows. Each kernel's test (layernorm_test.cpp, rmsnorm_test.cpp, softmax_test.cpp) runs these
-// checks on its outputs, through a function of its own (`outputs`: every output of that kernel,
-// forward and backward, in nearest-even and stochastic rounding, softmax's with no mask, an
-// additive mask and a bool mask). There they reuse the kernels that test compiles anyway: in a
+// checks on its outputs, through a function of its own (`same_bits_outputs`: every output of that
+// kernel, forward and backward, in nearest-even and stochastic rounding, softmax's with no mask,
+// an additive mask and a bool mask). There they reuse the kernels that test compiles anyway: in a
 // file of their own they compiled every kernel a second time (6 CPU-minutes of CI's build, and
 // 3.5 of the avx2 stage's; CONTRIBUTING.md, stop 77). The same bits:
 //
@@ -131,7 +131,7 @@ class output_bytes {
   std::vector<named_bytes> bytes_;
 };
 
-// Every output of one kernel for a shape (a test's `outputs<T>`).
+// Every output of one kernel for a shape (a kernel test's `same_bits_outputs<T>`).
 using outputs_of = std::vector<named_bytes> (*)(const output_shape&);
 
 // got and want output by output, each named in `what`'s terms.
