@@ -10,7 +10,8 @@
 //
 // func is a tilekern::act (simd/math.hpp, which documents each function's error in fp32 ulp), or
 // act_constant<F>() for a function F known at compile time: the loops are then compiled for F
-// alone, where an act compiles them for all 17 (exp below, and attention, take exp so).
+// alone, where an act compiles them for all 17; the same bits, but not always the same speed
+// (attention's exponentials, taken so, ran 3-8% slower: CONTRIBUTING.md, stop 77).
 // scale and bias are floats or views: one column (a value per row, e.g. a row's -max for
 // softmax), one row, or the shape of src; dst and src follow the vector engine's rules
 // (engine/vector.hpp): any format, rounded(dst, cast, ...) for the caller's rounding. The
@@ -85,7 +86,7 @@ void activation_sum(Dst&& dst, Sums&& sums, const Src& src, Func func,
 // dst = exp(src), exp(src * scale) or exp(src * scale + bias).
 template <class Dst, class Src, class... ScaleBias>
 void exp(Dst&& dst, const Src& src, const ScaleBias&... scale_bias) {
-  activation(std::forward<Dst>(dst), src, act_constant<act::exp>(), scale_bias...);
+  activation(std::forward<Dst>(dst), src, act::exp, scale_bias...);
 }
 
 }  // namespace tilekern::scalar

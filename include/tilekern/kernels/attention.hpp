@@ -215,7 +215,7 @@ void attention_forward_tile(const attention_tile& t, const heads_view<Q>& q, con
       block_max[r] = nan_max(m[r], block_max[r]);
       minus_m[r] = block_max[r] == minus_infinity ? 0.0f : -block_max[r];
     }
-    scalar::activation_sum(s, per_row(sums, n), s, act_constant<act::exp>(), 1.0f,
+    scalar::activation_sum(s, per_row(sums, n), s, act::exp, 1.0f,
                            vector::column(per_row(minus_m, n)));
     for (std::size_t r = 0; r < n; ++r) {
       const float rescale = std::exp(m[r] + minus_m[r]);  // 0 while m is -inf
