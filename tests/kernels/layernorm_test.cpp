@@ -732,22 +732,22 @@ std::vector<test::named_bytes> same_bits_outputs(const test::output_shape& s) {
 }
 
 TEST_CASE("layernorm: the same bits for every size of the blocks of rows") {
-  test::same_bits_for_every_block_size("float", same_bits_outputs<float>);
-  test::same_bits_for_every_block_size("bf16", same_bits_outputs<bf16>);
-  test::same_bits_for_every_block_size("fp8_e4m3", same_bits_outputs<fp8_e4m3>);
+  test::same_bits_for_every_block_size<float>(same_bits_outputs<float>);
+  test::same_bits_for_every_block_size<bf16>(same_bits_outputs<bf16>);
+  test::same_bits_for_every_block_size<fp8_e4m3>(same_bits_outputs<fp8_e4m3>);
 }
 
 TEST_CASE("layernorm: the same bits row by row as by blocks of rows") {
-  test::same_bits_row_by_row("float", same_bits_outputs<float>);
-  test::same_bits_row_by_row("bf16", same_bits_outputs<bf16>);
-  test::same_bits_row_by_row("fp8_e4m3", same_bits_outputs<fp8_e4m3>);
+  test::same_bits_row_by_row<float>(same_bits_outputs<float>);
+  test::same_bits_row_by_row<bf16>(same_bits_outputs<bf16>);
+  test::same_bits_row_by_row<fp8_e4m3>(same_bits_outputs<fp8_e4m3>);
 }
 
 TEST_CASE("layernorm: the same bits with non-temporal stores") {
-  test::same_bits_streamed<float>("float", same_bits_outputs<float>);
-  test::same_bits_streamed<bf16>("bf16", same_bits_outputs<bf16>);
-  test::same_bits_streamed<fp16>("fp16", same_bits_outputs<fp16>);
-  test::same_bits_streamed<fp8_e4m3>("fp8_e4m3", same_bits_outputs<fp8_e4m3>);
+  test::same_bits_streamed<float>(same_bits_outputs<float>);
+  test::same_bits_streamed<bf16>(same_bits_outputs<bf16>);
+  test::same_bits_streamed<fp16>(same_bits_outputs<fp16>);
+  test::same_bits_streamed<fp8_e4m3>(same_bits_outputs<fp8_e4m3>);
 }
 
 }  // namespace

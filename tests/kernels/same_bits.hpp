@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/elements.hpp"
 #include "support/guarded.hpp"
 #include "tilekern/engine/lanes.hpp"
 #include "tilekern/kernels/rmsnorm.hpp"
@@ -162,15 +163,18 @@ class stream_threshold_of {
   stream_threshold_of& operator=(const stream_threshold_of&) = delete;
 };
 
-inline std::string shape_text(const std::string& format, const output_shape& s) {
-  return format + ", " + std::to_string(s.rows) + "x" + std::to_string(s.cols) + ", stride " +
-         std::to_string(s.stride) + ", pad " + std::to_string(s.pad);
+// T's name and the shape, for a check's messages.
+template <class T>
+std::string shape_text(const output_shape& s) {
+  return name_of<T>() + ", " + std::to_string(s.rows) + "x" + std::to_string(s.cols) + ", stride " +
+         std::to_string(s.stride != 0 ? s.stride : s.cols) + ", pad " + std::to_string(s.pad);
 }
 
 // 37 rows of 769 and of 4097 columns: a row a block, then blocks of a few rows with a shorter
 // last one (24 KiB holds 1 to 31 of these rows, 100 KiB 3 to 37, by format and kernel), with the
 // row passes on and off (softmax takes none of the blocks with them on).
-inline void same_bits_for_every_block_size(const std::string& format, outputs_of outputs) {
+template <class T>
+void same_bits_for_every_block_size(outputs_of outputs) {
   INFO("row_block_bytes() is ", row_block_bytes(), " (L2 ", l2_cache_bytes(), " bytes)");
   for (const std::size_t cols : {std::size_t{769}, std::size_t{4097}}) {
     const output_shape s{37, cols};
@@ -181,7 +185,7 @@ inline void same_bits_for_every_block_size(const std::string& format, outputs_of
         const row_blocks_of blocks(bytes);
         const row_passes_of passes(row_by_row);
         check_same_bytes(outputs(s), want,
-                         shape_text(format, s) + ", blocks of " + std::to_string(bytes) +
+                         shape_text<T>(s) + ", blocks of " + std::to_string(bytes) +
                              " bytes, row passes " + (row_by_row ? "on" : "off"));
       }
     }
@@ -196,7 +200,8 @@ inline void same_bits_for_every_block_size(const std::string& format, outputs_of
 // same bits as those passes on every row (set_row_passes(false)), with the rows of second tries
 // among them. Rows of 2048 to 8192 columns are summed a chunk at a time; 1025 and 9216 columns
 // take only the block passes. softmax takes every row so, its output streamed or not.
-inline void same_bits_row_by_row(const std::string& format, outputs_of outputs) {
+template <class T>
+void same_bits_row_by_row(outputs_of outputs) {
   for (const std::size_t cols :
        {std::size_t{64}, std::size_t{769}, std::size_t{1024}, std::size_t{1025}, std::size_t{2048},
         std::size_t{4096}, std::size_t{8192}, std::size_t{9216}}) {
@@ -207,7 +212,7 @@ inline void same_bits_row_by_row(const std::string& format, outputs_of outputs) 
     }();
     CHECK(row_passes());
     const row_passes_everywhere on_any_vendor;
-    check_same_bytes(outputs(s), want, shape_text(format, s));
+    check_same_bytes(outputs(s), want, shape_text<T>(s));
   }
 }
 
@@ -220,7 +225,7 @@ inline void same_bits_row_by_row(const std::string& format, outputs_of outputs) 
 // before it (as a std::vector starts 16 bytes after a boundary), off at both ends. Rows of 769
 // elements are not streamed.
 template <class T>
-void same_bits_streamed(const std::string& format, outputs_of outputs) {
+void same_bits_streamed(outputs_of outputs) {
   const std::size_t sixteen_bytes = 16 / sizeof(T);
   for (const output_shape s :
        {output_shape{37, 4096, 4096, 0}, output_shape{37, 4090, 4096, 0},
@@ -236,7 +241,7 @@ void same_bits_streamed(const std::string& format, outputs_of outputs) {
       std::optional<row_passes_everywhere> on_any_vendor;
       if (by_row) on_any_vendor.emplace();
       check_same_bytes(outputs(s), want,
-                       shape_text(format, s) + ", row passes " + (by_row ? "on" : "off"));
+                       shape_text<T>(s) + ", row passes " + (by_row ? "on" : "off"));
     }
   }
 }

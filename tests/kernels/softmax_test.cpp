@@ -613,22 +613,22 @@ std::vector<test::named_bytes> same_bits_outputs(const test::output_shape& s) {
 }
 
 TEST_CASE("softmax: the same bits for every size of the blocks of rows") {
-  test::same_bits_for_every_block_size("float", same_bits_outputs<float>);
-  test::same_bits_for_every_block_size("bf16", same_bits_outputs<bf16>);
-  test::same_bits_for_every_block_size("fp8_e4m3", same_bits_outputs<fp8_e4m3>);
+  test::same_bits_for_every_block_size<float>(same_bits_outputs<float>);
+  test::same_bits_for_every_block_size<bf16>(same_bits_outputs<bf16>);
+  test::same_bits_for_every_block_size<fp8_e4m3>(same_bits_outputs<fp8_e4m3>);
 }
 
 TEST_CASE("softmax: the same bits row by row as by blocks of rows") {
-  test::same_bits_row_by_row("float", same_bits_outputs<float>);
-  test::same_bits_row_by_row("bf16", same_bits_outputs<bf16>);
-  test::same_bits_row_by_row("fp8_e4m3", same_bits_outputs<fp8_e4m3>);
+  test::same_bits_row_by_row<float>(same_bits_outputs<float>);
+  test::same_bits_row_by_row<bf16>(same_bits_outputs<bf16>);
+  test::same_bits_row_by_row<fp8_e4m3>(same_bits_outputs<fp8_e4m3>);
 }
 
 TEST_CASE("softmax: the same bits with non-temporal stores") {
-  test::same_bits_streamed<float>("float", same_bits_outputs<float>);
-  test::same_bits_streamed<bf16>("bf16", same_bits_outputs<bf16>);
-  test::same_bits_streamed<fp16>("fp16", same_bits_outputs<fp16>);
-  test::same_bits_streamed<fp8_e4m3>("fp8_e4m3", same_bits_outputs<fp8_e4m3>);
+  test::same_bits_streamed<float>(same_bits_outputs<float>);
+  test::same_bits_streamed<bf16>(same_bits_outputs<bf16>);
+  test::same_bits_streamed<fp16>(same_bits_outputs<fp16>);
+  test::same_bits_streamed<fp8_e4m3>(same_bits_outputs<fp8_e4m3>);
 }
 
 // detail::set_softmax_fusion(on) for the life of the object, then the default.
@@ -645,7 +645,7 @@ class softmax_fusion_of {
 // line, as a std::vector's), y streamed where it can be and not, with and without a mask
 // (same_bits_outputs), whichever the machine would choose (softmax_fuses).
 template <class T>
-void same_bits_fused(const std::string& format) {
+void same_bits_fused() {
   const std::size_t sixteen_bytes = 16 / sizeof(T);
   for (const std::size_t cols : {std::size_t{769}, std::size_t{4096}}) {
     for (const std::size_t threshold : {std::size_t{0}, SIZE_MAX}) {
@@ -658,15 +658,15 @@ void same_bits_fused(const std::string& format) {
       const softmax_fusion_of on(true);
       test::check_same_bytes(
           same_bits_outputs<T>(s), want,
-          test::shape_text(format, s) + ", stream threshold " + std::to_string(threshold));
+          test::shape_text<T>(s) + ", stream threshold " + std::to_string(threshold));
     }
   }
 }
 
 TEST_CASE("softmax: the same bits with its products fused or not") {
-  same_bits_fused<float>("float");
-  same_bits_fused<bf16>("bf16");
-  same_bits_fused<fp8_e4m3>("fp8_e4m3");
+  same_bits_fused<float>();
+  same_bits_fused<bf16>();
+  same_bits_fused<fp8_e4m3>();
 }
 
 // When softmax's row passes fuse a row's products with the next row's exponentials: where two
