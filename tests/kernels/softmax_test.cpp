@@ -14,6 +14,8 @@
 //     format y, stochastic: a value of F between the largest one <= (reference - bound) and the
 //       smallest one >= (reference + bound): one of the two neighbours of the fp32 result; the
 //       same seed gives the same bytes, another seed different ones.
+// - the row max of codes found alongside the exponentials (codes_max_along) against
+//   reduce_code_row, every row length to 160.
 // - softmax_exp, the exponential inside: within 2 ulp of e^a 2^64 for every 61st fp32 in
 //   [-120, 0], and the same bits on the active path as on 1 lane; softmax_exp_narrow, the one for
 //   narrow outputs (bf16, fp16, tf32, fp8), within its documented relative error there and on
@@ -384,6 +386,48 @@ TEST_CASE("softmax's exponential for narrow outputs: within its bound, the same 
                 !detail::softmax_narrow_output<float> &&
                 !detail::softmax_narrow_output<minifloat<8, 11, 127>>);
   check_exponential<true>();
+}
+
+// The max of a row of 16-bit codes that softmax's row passes find alongside the row before's
+// exponentials (detail::codes_max_along), driven as map_row drives it (each whole block of a row
+// from column 0, in order; then value()), is reduce_code_row's, on the active path: rows of 1 to
+// 160 codes (every tail of blocks and pairs), of random values with a NaN of either sign or an
+// infinity placed in them, -0 with one +0, or all negative. (The two share code_extremes, which
+// engine/vector_test.cpp checks for every code.)
+template <class T>
+void check_max_along() {
+  namespace hn = hwy::HWY_NAMESPACE;
+  std::mt19937 generator(5);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  detail::visit_lanes([&](auto d) {
+    constexpr std::size_t lanes = hn::MaxLanes(d);
+    for (std::size_t cols = 1; cols <= 160; ++cols) {
+      for (int kind = 0; kind < 6; ++kind) {
+        std::vector<T> row(cols);
+        for (T& e : row) e = T(kind == 5 ? -std::fabs(normal(generator)) : normal(generator));
+        const std::size_t at = generator() % cols;
+        if (kind == 1) row[at] = T::from_code(T::nan_code);
+        if (kind == 2) row[at] = T::from_code(T::sign_code | T::nan_code);
+        if (kind == 3) row[at] = T::from_code(T::infinity_code);
+        if (kind == 4) {
+          std::fill(row.begin(), row.end(), T::from_code(T::sign_code));
+          row[at] = T::from_code(0);
+        }
+        const auto* codes = detail::storage_of(row.data());
+        const detail::codes_max_along<decltype(d), T> along{codes, codes, cols};
+        for (std::size_t c = 0; c + lanes <= cols; c += lanes) along.at(d, c);
+        const float want =
+            vector::detail::reduce_code_row<detail::combine::max>(d, row.data(), cols);
+        INFO(name_of<T>(), ", ", lanes, " lanes, ", cols, " columns, kind ", kind);
+        CHECK(std::bit_cast<std::uint32_t>(along.value()) == std::bit_cast<std::uint32_t>(want));
+      }
+    }
+  });
+}
+
+TEST_CASE("softmax's row max alongside the exponentials: reduce_code_row's, every tail") {
+  check_max_along<bf16>();
+  check_max_along<fp16>();
 }
 
 TEST_CASE("softmax special cases") {

@@ -43,7 +43,10 @@
 // than none: fp32 1576 x 768 1.06-1.15 times as fast again (three rounds). The next row's max
 // comes between a row's exponentials and its products (with a mask, its scores into a second
 // scratch row), so that it runs while the row's sum and 1 / sum complete: bf16 and fp32 1576 x 768
-// 1.08-1.09 times as fast again, 4096 x 4096 within 1% (CONTRIBUTING.md, stop 54).
+// 1.08-1.09 times as fast again, 4096 x 4096 within 1% (CONTRIBUTING.md, stop 54). Where y is not
+// streamed and there is no mask, the next row's max of 16-bit codes is taken alongside a row's
+// exponentials instead, a pair of blocks of it with each pair of theirs, and the row after it
+// prefetched (codes_max_along): bf16 1.04-1.10 times as fast again (stop 78).
 // A streamed y (stream_threshold(), engine/lanes.hpp) takes the products with non-temporal stores
 // over the whole 64-byte lines of its rows: on a 2-core Intel Xeon with AMX, 4096 x 4096 bf16 1.01
 // times as fast (bound by exp). A float y too, its exponentials then in the scratch row: there
@@ -381,6 +384,50 @@ struct products_along {
   }
 };
 
+// The max of a row of 16-bit codes, `codes` (`cols` of them; vector::detail::code_extremes), found
+// alongside the exponentials of the row before it, with the row `after` it prefetched: at(d, c),
+// which map_row calls with each whole block of a row in order from column 0 (a reduction's), as it
+// does a prefetch, takes the blocks by pairs: with the first it prefetches the pair's codes of
+// `after` (a 64-byte line on 16 lanes), with the second it takes the pair's codes of `codes`;
+// value() takes the rest after the row, and gives the max as reduce_code_row does. softmax_rows
+// takes it where y is not streamed and there is no mask, in place of a pass over the row of its
+// own: on a 2-core AMD EPYC (Zen 4), bf16 softmax ran 1.04 times as fast at 1576 x 768, 512 x 2048
+// and 1024 x 1024, 1.07-1.09 at 64 x 4096 and 2048 x 2048, and 1.10 at 197 x 64 (two libraries in
+// one process, medians of 101 to 2001 rounds; in the bench at 1576 x 768, the bench's plain loop
+// took 0.86 of its time against 0.82). At 4096 x 4096, streamed, where the row max waits for
+// memory, it ran 0.97-0.99 times as fast, and it is not taken there (CONTRIBUTING.md, stop 78).
+template <class D, class X>
+struct codes_max_along {
+  using DU = hn::Repartition<std::uint16_t, D>;
+  static constexpr std::size_t lanes = hn::MaxLanes(D()), step = 2 * lanes;
+  using extremes_type = std::conditional_t<(lanes > 1), vector::detail::code_extremes_lanes<X, DU>,
+                                           vector::detail::code_extremes<X>>;
+  const std::uint16_t* codes;
+  const std::uint16_t* after;
+  std::size_t cols;
+  mutable extremes_type extremes{};
+
+  HWY_INLINE void at(D, std::size_t c) const {
+    if constexpr (lanes > 1) {
+      if (c % step == 0) {
+        hwy::Prefetch(after + c);
+      } else {
+        extremes.add(hn::LoadU(DU(), codes + c - lanes));
+      }
+    }
+  }
+  float value() const {
+    vector::detail::code_extremes<X> all;
+    std::size_t c = 0;
+    if constexpr (lanes > 1) {
+      all = extremes.fold();
+      c = cols / step * step;
+    }
+    for (; c < cols; ++c) all.add(codes[c]);
+    return all.template value<combine::max>();
+  }
+};
+
 // Whether softmax's row passes fuse: -1 as softmax_fuses chooses (the default), 0 never, 1 always.
 inline std::atomic<int>& softmax_fusion_setting() {
   static std::atomic<int> setting{-1};
@@ -464,6 +511,10 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
   };
   const bool codes = vector::detail::reduced_as_codes<X> && scale > 0 &&
                      scale < std::numeric_limits<float>::infinity();
+  // Without a mask and not streamed, the next row's max of codes is found alongside a row's
+  // exponentials (codes_max_along), where codes says so.
+  constexpr bool max_along = vector::detail::reduced_as_codes<X> && !masked && !Streamed;
+  const bool max_found_along = max_along && codes;
   visit_lanes([&](auto d) {
     using D = decltype(d);
     const std::false_type in_order;
@@ -546,19 +597,29 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
           return no_prefetch();
         }
       }();
-      // Prefetched with the exponentials: the next row of x, and the next row of y that is
-      // written (this one's product, or the next row's exponentials where they go into y). With
-      // them `before`, by reference: gcc 12 read a copy of it back as one 64-byte load of what it
-      // had just stored a word at a time, which then waited for those stores to reach L1, behind
-      // the non-temporal stores of the products before them. On a 2-core AMD EPYC (Zen 4), bf16
+      // Prefetched with the exponentials: the next row of x (or, where its max is found alongside,
+      // the row after it: codes_max_along), and the next row of y that is written (this one's
+      // product, or the next row's exponentials where they go into y). With them `before`, by
+      // reference: gcc 12 read a copy of it back as one 64-byte load of what it had just stored a
+      // word at a time, which then waited for those stores to reach L1, behind the non-temporal
+      // stores of the products before them. On a 2-core AMD EPYC (Zen 4), bf16
       // 4096 x 4096 softmax ran 1.01-1.12 times as fast by reference (median 1.06; in the bench
       // 1.99x oneDNN against 1.82, median of five runs each; CONTRIBUTING.md, stop 76).
       const std::size_t next = std::min(r + 1, rows - 1);
+      const auto next_x = [&] {
+        if constexpr (max_along) {
+          return codes_max_along<D, X>{storage_of(x.row(next).data()),
+                                       storage_of(x.row(std::min(r + 2, rows - 1)).data()), cols};
+        } else {
+          return pages(x.row(next).data());
+        }
+      }();
       using along_type = decltype(before);
-      const prefetch_both<prefetch_row<X>, prefetch_both<prefetch_write<Y>, const along_type&>>
-          ahead{
-              pages(x.row(next).data()),
-              {prefetch_write<Y>{Streamed ? nullptr : y.row(exps_in_y ? next : r).data()}, before}};
+      // codes_max_along by reference, as it gathers; a prefetch_row by value.
+      using next_type = std::conditional_t<max_along, const decltype(next_x)&, decltype(next_x)>;
+      const prefetch_both<next_type, prefetch_both<prefetch_write<Y>, const along_type&>> ahead{
+          next_x,
+          {prefetch_write<Y>{Streamed ? nullptr : y.row(exps_in_y ? next : r).data()}, before}};
       if constexpr (masked) {
         map_row<true, combine::sum>(d, in_order, work_out, column_out{&sum, 0},
                                     softmax_exponential<Y>, ahead, at, cols, work_rows,
@@ -584,7 +645,12 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
           ends(r - 1, factor);
         }
       }
-      if (r + 1 < rows) scores(r + 1, work_row(r + 1), next_m);
+      if (r + 1 < rows) {
+        if constexpr (max_along) {
+          if (max_found_along) next_m = scale * next_x.value();
+        }
+        if (!max_found_along) scores(r + 1, work_row(r + 1), next_m);
+      }
       factor = softmax_factor(m, sum);
       if (!fused) products(r, factor);
       m = next_m;
