@@ -671,21 +671,27 @@ HWY_INLINE hn::Vec<D> identity_lanes(D d) {
   if constexpr (Op == combine::max) return hn::Set(d, -std::numeric_limits<float>::infinity());
   if constexpr (Op == combine::min) return hn::Set(d, std::numeric_limits<float>::infinity());
 }
-// v, computed before anything that uses it: a register the compiler cannot see into, so that a
-// product in v is rounded on its own and never fused with the addition that takes it. gcc fuses
-// a * b + c into one FMA (-ffp-contract=fast, its default) where its tuning says so, and with
-// AMD's (-march=native on Zen 4) it left FMA chains of 256-bit vectors unfused in some row loops
-// and not in others: layernorm's sums of squares on the AVX2 path then differed in their last bit
-// between the row passes and the block passes (CONTRIBUTING.md, stop 57). 512-bit vectors are
-// left to the compiler: gcc 12 fuses their chains under every tuning, and the barrier there cost
-// layernorm and rmsnorm bf16 1576 x 768 8% on that machine (tests/kernels/same_bits.hpp would
-// show a compiler that fuses them unevenly). On x86's vector targets only (Highway's emulated
-// ones keep their lanes in arrays).
+// v held in a register, where the compiler cannot see into it: the load that gave it is not folded
+// into each operation that takes it, and what computed it is not fused with what takes it. On
+// x86's vector targets only (Highway's emulated ones keep their lanes in arrays).
+template <class V>
+HWY_INLINE void in_register([[maybe_unused]] V& v) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  asm("" : "+v"(v.raw));
+#endif
+}
+
+// v, computed before anything that uses it (in_register), so that a product in v is rounded on its
+// own and never fused with the addition that takes it. gcc fuses a * b + c into one FMA
+// (-ffp-contract=fast, its default) where its tuning says so, and with AMD's (-march=native, Zen 4)
+// it left FMA chains of 256-bit vectors unfused in some row loops and not in others: layernorm's
+// sums of squares on the AVX2 path then differed in their last bit between the row passes and the
+// block passes (CONTRIBUTING.md, stop 57). 512-bit vectors are left to the compiler: gcc 12 fuses
+// their chains under every tuning, and the barrier there cost layernorm and rmsnorm bf16 1576 x 768
+// 8% on that machine (tests/kernels/same_bits.hpp would show a compiler that fuses them unevenly).
 template <class V>
 HWY_INLINE V unfused(V v) {
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
-  if constexpr (sizeof(v.raw) < 64) asm("" : "+v"(v.raw));
-#endif
+  if constexpr (sizeof(v.raw) < 64) in_register(v);
   return v;
 }
 

@@ -177,19 +177,10 @@ struct code_extremes {
     return T::from_bits(static_cast<typename T::storage_type>(code)).to_float();
   }
 };
-// v held in a register, where the compiler cannot see into it: the load that gave it is not folded
-// into each operation that takes it. On x86's vector targets only (Highway's emulated ones keep
-// their lanes in arrays).
-template <class V>
-HWY_INLINE void in_register(V& v) {
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
-  asm("" : "+v"(v.raw));
-#endif
-}
 // The same on lanes DU of codes, folded into one code_extremes at the end. Each vector of codes
-// is loaded once (in_register): gcc 12 folded a load into each of the three operations, and the
-// row max of softmax's streamed row passes, which waits for lines on their way from memory, made
-// bf16 softmax at 4096 x 4096 run 0.94-0.95 times as fast (CONTRIBUTING.md, stop 78).
+// is loaded once (in_register, engine/lanes.hpp): gcc 12 folded a load into each of the three
+// operations, and the row max of softmax's streamed row passes, which waits for lines on their way
+// from memory, made bf16 softmax at 4096 x 4096 run 0.94-0.95 times as fast (stop 78).
 template <class T, class DU>
 struct code_extremes_lanes {
   using DI = hn::RebindToSigned<DU>;
