@@ -388,6 +388,55 @@ TEST_CASE("softmax's exponential for narrow outputs: within its bound, the same 
   check_exponential<true>();
 }
 
+// softmax's exponentials, with their row sums, as the engine takes them four blocks at a time on
+// AVX2 (softmax_exponential_blocks; blocks_at_once, engine/lanes.hpp), against the same arithmetic
+// one block at a time: the same bits, exponentials and sums, at every row length to 300 (every
+// tail of a round of 64 elements and of a batch of blocks), on the active path. Y picks the
+// exponential (softmax_exp_narrow for narrow formats).
+template <class Y>
+void check_exponential_blocks() {
+  const auto one_at_a_time = [](auto d, auto v, auto s, auto bias) {
+    return detail::softmax_exponential<Y>(d, v, s, bias);  // the one-block operator()
+  };
+  static_assert(
+      detail::blocks_at_once<decltype(one_at_a_time), hwy::HWY_NAMESPACE::Simd<float, 8, 0>> == 1);
+#if HWY_TARGET <= HWY_AVX2
+  static_assert(detail::blocks_at_once<decltype(detail::softmax_exponential<Y>),
+                                       hwy::HWY_NAMESPACE::Simd<float, 8, 0>> == 4);
+#endif
+  std::mt19937_64 generator(11);
+  for (std::size_t cols = 1; cols <= 300; ++cols) {
+    CAPTURE(cols);
+    tensor<float> x(2, cols, cols + 5);
+    fill_normal(x, generator, 3.0);
+    tensor<float> batched(2, cols, cols + 5), single(2, cols, cols + 5);
+    std::vector<float> batched_sums(2), single_sums(2), bias{-2.0f, -1.5f};
+    const auto row_bias = vector::column(view<const float>(bias.data(), 2, 1, 1));
+    vector::detail::elementwise<true>("test", {"x", "scale", "bias"}, batched.v(),
+                                      view<float>(batched_sums.data(), 2, 1, 1),
+                                      detail::softmax_exponential<Y>, x.cv(), 0.7f, row_bias);
+    vector::detail::elementwise<true>("test", {"x", "scale", "bias"}, single.v(),
+                                      view<float>(single_sums.data(), 2, 1, 1), one_at_a_time,
+                                      x.cv(), 0.7f, row_bias);
+    std::size_t mismatches = 0;
+    for (std::size_t r = 0; r < 2; ++r) {
+      for (std::size_t c = 0; c < cols; ++c) {
+        mismatches += std::bit_cast<std::uint32_t>(batched.at(r, c)) !=
+                      std::bit_cast<std::uint32_t>(single.at(r, c));
+      }
+      mismatches += std::bit_cast<std::uint32_t>(batched_sums[r]) !=
+                    std::bit_cast<std::uint32_t>(single_sums[r]);
+    }
+    CHECK(mismatches == 0);
+  }
+}
+
+TEST_CASE("softmax's exponentials several blocks at a time: the same bits as one at a time") {
+  CAPTURE(name(active_isa()));
+  check_exponential_blocks<float>();
+  check_exponential_blocks<bf16>();
+}
+
 // The max of a row of 16-bit codes that softmax's row passes find alongside the row before's
 // exponentials (detail::codes_max_along), driven as map_row drives it (each whole block of a row
 // from column 0, in order; then value()), is reduce_code_row's, on the active path: rows of 1 to

@@ -820,6 +820,32 @@ HWY_INLINE void combine_halves(hn::Vec<D> (&acc)[Chains]) {
   }
 }
 
+// How many blocks a block function F takes at once on lanes D: F::blocks<D> where F has it, else 1.
+// A reduction's rounds (map_row) then call f with each source as a std::array of that many blocks,
+// the blocks of as many chains in turn, and f returns as many results, which are stored and summed
+// as one block's are: the same bits. Written a step over all its blocks before the next
+// (each_block), a long computation (softmax's exponentials) gives the processor independent work
+// in program order, where one block's steps in a row each wait for the one before: a
+// first-generation Zen, whose scheduler sees only a few blocks' operations at a time, ran softmax
+// 1.2 times as fast so (softmax_exponential_blocks, kernels/softmax.hpp; CONTRIBUTING.md, stop 80).
+template <class F, class D>
+constexpr std::size_t blocks_at_once = 1;
+template <class F, class D>
+requires requires {
+  std::remove_cvref_t<F>::template blocks<D>;
+}
+constexpr std::size_t blocks_at_once<F, D> = std::remove_cvref_t<F>::template blocks<D>;
+
+// {step(0), step(1), ..., step(B - 1)}: one step of a block function's arithmetic over each of its
+// B blocks (blocks_at_once).
+template <std::size_t B, class Step>
+HWY_INLINE auto each_block(Step&& step) {
+  return [&]<std::size_t... I>(std::index_sequence<I...>) TILEKERN_INLINE_LAMBDA {
+    return std::array{step(I)...};
+  }
+  (std::make_index_sequence<B>());
+}
+
 // Whether map_rows may run interleaved blocks on lanes D: two blocks at a time, lane j of the
 // first holding element 2j, of the second element 2j + 1 (widen_bf16_interleaved, which widens
 // bf16 without shuffles); f treats lanes independently, so the results are the same. Two cases:
@@ -1107,6 +1133,9 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
   // Two sums share the registers of one: reduce_slots / values partials each.
   constexpr std::size_t lanes = hn::MaxLanes(D()), slots = reduce_slots / values,
                         chains = slots / lanes;
+  // A reduction's rounds take the blocks of `batch` chains by one call of f (blocks_at_once).
+  constexpr std::size_t batch = blocks_at_once<F, D>;
+  static_assert(chains % batch == 0, "tilekern engine: a round is whole batches of blocks");
   const auto cursors = [&]<std::size_t... K>(std::index_sequence<K...>) TILEKERN_INLINE_LAMBDA {
     return std::array{
         group_cursors<Rows>(d, r, r + K, std::index_sequence_for<Sources...>(), sources...)...};
@@ -1171,6 +1200,20 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
                    TILEKERN_INLINE_LAMBDA { out.store(d, x, r + k, c); },
                load);
     }
+  };
+  // Blocks K = 0, 1, ... from `at` on, summed into chains First + K, by one call of f
+  // (blocks_at_once).
+  const auto blocks = [&]<std::size_t First, std::size_t... K>(
+      std::size_t at, std::index_sequence<K...>) TILEKERN_INLINE_LAMBDA {
+    (ahead.at(d, at + K * lanes), ...);
+    const auto batch_of = [&](const auto& cursor) TILEKERN_INLINE_LAMBDA {
+      return std::array{cursor.load(d, at + K * lanes)...};
+    };
+    const auto x = std::apply([&](const auto&... cursor)
+                                  TILEKERN_INLINE_LAMBDA { return f(d, batch_of(cursor)...); },
+                              cursors[0]);
+    if constexpr (stored) (out.store(d, x[K], r, at + K * lanes), ...);
+    (reduce(x[K], std::integral_constant<std::size_t, First + K>()), ...);
   };
   std::size_t c = 0;
   constexpr bool masked = masked_ends<Reduce, Streamed, Out, D, Sources...>;
@@ -1256,6 +1299,11 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
                          TILEKERN_INLINE_LAMBDA { out.store_in_order(x, y, r + k, at); },
                      first, second);
           }
+        });
+      } else if constexpr (batch > 1) {
+        for_chains<chains / batch>([&](auto group) TILEKERN_INLINE_LAMBDA {
+          constexpr std::size_t first = decltype(group)::value * batch;
+          blocks.template operator()<first>(c + first * lanes, std::make_index_sequence<batch>());
         });
       } else {
         for_chains<chains>([&](auto chain)

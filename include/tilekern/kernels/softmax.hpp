@@ -19,9 +19,10 @@
 //                                                 scale > 0, scale times row_max of x, which
 //                                                 compares codes); row_max of a scores block
 //   e = exp(scale * x - m) 2^64, sums = row sums of e   softmax_exp (below; softmax_exp_narrow
-//                                                 for a y of a narrow format) in one engine pass
-//                                                 with its row sums, into y when y is float,
-//                                                 else an fp32 scratch block
+//                                                 for a y of a narrow format; four blocks at a
+//                                                 time on AVX2) in one engine pass with its row
+//                                                 sums, into y when y is float, else an fp32
+//                                                 scratch block
 //   y = e * (1 / sum)                             vector::mul into rounded(y block); with
 //                                                 non-temporal stores where y is large and not
 //                                                 float (stream_threshold(), engine/lanes.hpp)
@@ -72,7 +73,7 @@
 // Numerics (fp32 inside). An fp32 result y32 (before y's rounding) has relative error at most
 //     (2 + |a| + 2 + k) u,   u = 2^-24, a = s - m the element's exponent,
 // against the exact softmax of the decoded inputs: 2 ulp for exp (softmax_exp below; the test
-// measures at most 1.93 ulp over [-120, 0]; its results are normal, as are e and sum, so only y's
+// measures at most 1.14 ulp over [-120, 0]; its results are normal, as are e and sum, so only y's
 // last rounding meets the subnormals),
 // |a| u for rounding its argument a = scale * x - m (one FMA; the error of m itself cancels, as
 // every element of the row shares it), u each for the reciprocal and the product, and
@@ -116,6 +117,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstddef>
@@ -186,42 +188,75 @@ HWY_INLINE hn::Vec<D> softmax_exp_lookup(D d, hn::Vec<hn::RebindToSigned<D>> j) 
 // The 2^64 keeps the exponentials of elements far below the row's max normal, so that their
 // final y = e * (1 / sum) rounds once, also into the subnormals, and costs one fp32 exponent add
 // where a general exp spends a split scaling on it.
-// a = (8k + j) ln2/8 + r, 8k + j = round(a 8/ln2) by the 1.5 * 2^23 trick inside one FMA, ln2/8
-// in two parts (the high part has 12 bits, so m * hi is exact), |r| <= ln2/16;
-// e^r = 1 + r + c2 r^2 + c3 r^3 (c2, c3 a minimax fit of the relative error: 0.43 u),
-// 2^(j/8) 2^64 from an 8-entry table, and 2^k added to the exponent field: 8k + j shifted left by
-// 20 is k in the field and j in bits 20..22, which the mask clears (the magic's bits shift out);
-// on AVX-512, vscalefps by (8k + j) / 8 (its floor is k), the same bits, results being normal
-// (bf16 1576 x 768 softmax 467-469 us in two runs, 479-487 in five of the build before it).
-// (8k + j) / 8 comes from the magic in one FMA, exactly, and r from it by ln2 in two parts (8
-// times those of ln2/8: the same products, the same bits), one multiplication fewer than taking
-// 8k + j and then dividing it by 8 for vscalefps (fp32 1576 x 768 softmax 1.05 times as fast).
+// a = (8k + j) ln2/8 + r, m = 8k + j = round(a 8/ln2) by the 1.5 * 2^23 trick inside one FMA,
+// ln2/8 in two parts (the high part has 12 bits, so m * hi is exact), |r| <= ln2/16;
+// e^r - 1 = r + r^2 (c2 + c3 r) (c2, c3 a minimax fit of the relative error of e^r: 0.43 u);
+// t = 2^(j/8) 2^64 from an 8-entry table, t e^r = t + t (e^r - 1) in one FMA, and 2^k added to
+// the exponent field: m shifted left by 20 is k in the field and j in bits 20..22, which the mask
+// clears (the magic's bits shift out); on AVX-512, vscalefps by m / 8 (its floor is k), the same
+// bits, results being normal (bf16 1576 x 768 softmax 467-469 us in two runs, 479-487 in five of
+// the build before it).
+// On AVX-512, m / 8 comes from the magic in one FMA, exactly, and r from it by ln2 in two parts (8
+// times those of ln2/8: the same products, the same bits), one multiplication fewer than taking m
+// and then dividing it by 8 for vscalefps (fp32 1576 x 768 softmax 1.05 times as fast). Elsewhere
+// m is the magic subtracted, which a first-generation Zen does on an adder, not on the two pipes
+// of its multiply-adds. There, one block at a time, m so and t e^r as t + t (e^r - 1) took fp32
+// softmax 0.89-0.96 of the time of m / 8 and t times e^r by Horner's rule (1576 x 768 and
+// 4096 x 4096, medians of three runs, three runs each; CONTRIBUTING.md, stop 80), and t e^r
+// rounds once where that rounded e^r and then its product.
 // Error: within 2 ulp of e^a 2^64 on [-120, 0] (tests/kernels/softmax_test.cpp measures it on
-// every path: at most 1.93 ulp).
+// every path: at most 1.14 ulp, where the product of the rounded e^r reached 1.93).
+// On B blocks at once, each step over all of them before the next (each_block, engine/lanes.hpp).
+template <class D, std::size_t B>
+HWY_INLINE std::array<hn::Vec<D>, B> softmax_exp(D d, const std::array<hn::Vec<D>, B>& a) {
+  const hn::RebindToSigned<D> di;
+#if defined(__AVX512F__)
+  constexpr bool scalef = hn::MaxLanes(D()) == 16;
+#else
+  constexpr bool scalef = false;
+#endif
+  constexpr float unit = scalef ? 1.0f : 0.125f;  // of ln2 for the multiple below
+  const auto magic = hn::Set(d, 0x1.8p23f);
+  const auto step = [&](auto f) TILEKERN_INLINE_LAMBDA { return each_block<B>(f); };
+  const auto x = step([&](std::size_t i) { return hn::Max(a[i], hn::Set(d, -120.0f)); });
+  const auto shifted = step([&](std::size_t i) {  // magic + m
+    return hn::MulAdd(x[i], hn::Set(d, 0x1.715476p+3f), magic);
+  });
+  // r = a - m ln2/8, by m / 8 for vscalefps, else by m.
+  const auto multiple = step([&](std::size_t i) {
+    return scalef ? hn::MulAdd(shifted[i], hn::Set(d, 0.125f), hn::Set(d, -0x1.8p20f))
+                  : hn::Sub(shifted[i], magic);
+  });
+  const auto r_hi = step([&](std::size_t i) {
+    return hn::NegMulAdd(multiple[i], hn::Set(d, 0x1.62ep-1f * unit), x[i]);
+  });
+  const auto r = step([&](std::size_t i) {
+    return hn::NegMulAdd(multiple[i], hn::Set(d, 0x1.0bfbe8p-15f * unit), r_hi[i]);
+  });
+  const auto c3_r_c2 = step([&](std::size_t i) {
+    return hn::MulAdd(hn::Set(d, 0x1.555658p-3f), r[i], hn::Set(d, 0x1.000878p-1f));
+  });
+  const auto r2 = step([&](std::size_t i) { return hn::Mul(r[i], r[i]); });
+  const auto e_r_minus_1 = step([&](std::size_t i) { return hn::MulAdd(r2[i], c3_r_c2[i], r[i]); });
+  const auto t =
+      step([&](std::size_t i) { return softmax_exp_lookup(d, hn::BitCast(di, shifted[i])); });
+  const auto scaled = step([&](std::size_t i) { return hn::MulAdd(t[i], e_r_minus_1[i], t[i]); });
+  return step([&](std::size_t i) {
+#if defined(__AVX512F__)
+    if constexpr (scalef) {
+      // 2^k by vscalefps (scaled 2^floor(m / 8)): one instruction for the three of the field add.
+      // Zero-masking with every lane selected, as in softmax_exp_lookup (gcc bug 105593).
+      return hn::Vec<D>{_mm512_maskz_scalef_ps(0xffff, scaled[i].raw, multiple[i].raw)};
+    }
+#endif
+    const auto k = hn::And(hn::ShiftLeft<20>(hn::BitCast(di, shifted[i])),
+                           hn::Set(di, static_cast<std::int32_t>(0xff800000u)));
+    return hn::BitCast(d, hn::Add(hn::BitCast(di, scaled[i]), k));
+  });
+}
 template <class D>
 HWY_INLINE hn::Vec<D> softmax_exp(D d, hn::Vec<D> a) {
-  const hn::RebindToSigned<D> di;
-  const auto x = hn::Max(a, hn::Set(d, -120.0f));
-  const auto magic = hn::Set(d, 0x1.8p23f);
-  const auto shifted = hn::MulAdd(x, hn::Set(d, 0x1.715476p+3f), magic);  // magic + round(8x/ln2)
-  const auto eighths = hn::MulAdd(shifted, hn::Set(d, 0.125f), hn::Set(d, -0x1.8p20f));  // m / 8
-  const auto r = hn::NegMulAdd(eighths, hn::Set(d, 0x1.0bfbe8p-15f),
-                               hn::NegMulAdd(eighths, hn::Set(d, 0x1.62ep-1f), x));
-  const auto one = hn::Set(d, 1.0f);
-  const auto c3_r_c2 = hn::MulAdd(hn::Set(d, 0x1.555658p-3f), r, hn::Set(d, 0x1.000878p-1f));
-  const auto e_r = hn::MulAdd(hn::MulAdd(c3_r_c2, r, one), r, one);
-  const auto bits = hn::BitCast(di, shifted);
-  const auto scaled = hn::Mul(e_r, softmax_exp_lookup(d, bits));
-#if defined(__AVX512F__)
-  if constexpr (hn::MaxLanes(D()) == 16) {
-    // 2^k by vscalefps (scaled 2^floor(m / 8)): one instruction for the three of the field add.
-    // Zero-masking with every lane selected, as in softmax_exp_lookup (gcc bug 105593).
-    return hn::Vec<D>{_mm512_maskz_scalef_ps(0xffff, scaled.raw, eighths.raw)};
-  }
-#endif
-  const auto k =
-      hn::And(hn::ShiftLeft<20>(bits), hn::Set(di, static_cast<std::int32_t>(0xff800000u)));
-  return hn::BitCast(d, hn::Add(hn::BitCast(di, scaled), k));
+  return softmax_exp(d, std::array{a})[0];
 }
 
 // e^a 2^64 as softmax_exp gives it, for a y of a narrow format (at most 10 mantissa bits: bf16,
@@ -242,26 +277,38 @@ HWY_INLINE hn::Vec<D> softmax_exp(D d, hn::Vec<D> a) {
 // Error: relative, at most softmax_narrow_exp_error + |a| softmax_narrow_exp_slope on [-120, 1/2]
 // (tests/kernels/softmax_test.cpp measures it on every path: 7.49e-5 beyond the |a| term).
 inline constexpr double softmax_narrow_exp_error = 8e-5, softmax_narrow_exp_slope = 0x1p-23;
+// On B blocks at once, as softmax_exp.
+template <class D, std::size_t B>
+HWY_INLINE std::array<hn::Vec<D>, B> softmax_exp_narrow(D d, const std::array<hn::Vec<D>, B>& a) {
+  const hn::RebindToSigned<D> di;
+  const auto step = [&](auto f) TILEKERN_INLINE_LAMBDA { return each_block<B>(f); };
+  const auto c = [&](float coefficient) { return hn::Set(d, coefficient * 0x1p64f); };
+  const auto s = step([&](std::size_t i) {
+    return hn::MulAdd(hn::Max(a[i], hn::Set(d, -120.0f)), hn::Set(d, 0x1.715476p+0f),
+                      hn::Set(d, 0.5f));
+  });
+  const auto n = step([&](std::size_t i) { return hn::Round(s[i]); });
+  const auto f = step([&](std::size_t i) { return s[i] - n[i]; });
+  // 2^(f - 1/2) 2^64 by Horner's rule
+  const auto p3 =
+      step([&](std::size_t i) { return hn::MulAdd(c(0x1.3f96a4p-5f), f[i], c(0x1.5f56a4p-3f)); });
+  const auto p2 = step([&](std::size_t i) { return hn::MulAdd(p3[i], f[i], c(0x1.f5f97ep-2f)); });
+  const auto p = step([&](std::size_t i) { return hn::MulAdd(p2[i], f[i], c(0x1.6a033cp-1f)); });
+  return step([&](std::size_t i) {
+#if defined(__AVX512F__)
+    if constexpr (hn::MaxLanes(D()) == 16) {
+      // p 2^n, a normal, by vscalefps. Zero-masking with every lane selected, as in softmax_exp
+      // (gcc bug 105593).
+      return hn::Vec<D>{_mm512_maskz_scalef_ps(0xffff, p[i].raw, n[i].raw)};
+    }
+#endif
+    return hn::BitCast(d,
+                       hn::Add(hn::BitCast(di, p[i]), hn::ShiftLeft<23>(hn::ConvertTo(di, n[i]))));
+  });
+}
 template <class D>
 HWY_INLINE hn::Vec<D> softmax_exp_narrow(D d, hn::Vec<D> a) {
-  const hn::RebindToSigned<D> di;
-  const auto s =
-      hn::MulAdd(hn::Max(a, hn::Set(d, -120.0f)), hn::Set(d, 0x1.715476p+0f), hn::Set(d, 0.5f));
-  const auto polynomial = [&](auto f) {  // 2^(f - 1/2) 2^64 by Horner's rule
-    const auto c = [&](float coefficient) { return hn::Set(d, coefficient * 0x1p64f); };
-    const auto p = hn::MulAdd(c(0x1.3f96a4p-5f), f, c(0x1.5f56a4p-3f));
-    return hn::MulAdd(hn::MulAdd(p, f, c(0x1.f5f97ep-2f)), f, c(0x1.6a033cp-1f));
-  };
-  const auto n = hn::Round(s);
-  const auto p = polynomial(s - n);
-#if defined(__AVX512F__)
-  if constexpr (hn::MaxLanes(D()) == 16) {
-    // p 2^n, a normal, by vscalefps. Zero-masking with every lane selected, as in softmax_exp (gcc
-    // bug 105593).
-    return hn::Vec<D>{_mm512_maskz_scalef_ps(0xffff, p.raw, n.raw)};
-  }
-#endif
-  return hn::BitCast(d, hn::Add(hn::BitCast(di, p), hn::ShiftLeft<23>(hn::ConvertTo(di, n))));
+  return softmax_exp_narrow(d, std::array{a})[0];
 }
 
 // Whether softmax's y of format Y takes softmax_exp_narrow.
@@ -307,14 +354,32 @@ inline constexpr auto softmax_kept_scores = [](auto d, auto v, auto keep, auto s
 inline constexpr auto softmax_added_scores = [](auto, auto v, auto add, auto s) {
   return hn::MulAdd(v, s, add);
 };
+// e = exp(scale * score + bias), four blocks at a time on AVX2 (blocks_at_once, engine/lanes.hpp):
+// on a 2-core AMD EPYC of the first Zen generation softmax took 0.81-0.84 of the time of one
+// block at a time (fp32, 1576 x 768 and 4096 x 4096; bf16 0.77-0.85), two at a time 1.06-1.11
+// times four's, eight 1.4-1.5 (spilling; medians of three runs, two or three runs each alternating,
+// CONTRIBUTING.md, stop 80). One at a time with 16 lanes (AVX-512, not measured so).
 template <class Y>
-inline constexpr auto softmax_exponential = [](auto d, auto v, auto s, auto bias) {
-  const auto a = hn::MulAdd(v, s, bias);
-  if constexpr (softmax_narrow_output<Y>)
-    return softmax_exp_narrow(d, a);
-  else
-    return softmax_exp(d, a);
+struct softmax_exponential_blocks {
+  template <class D>
+  static constexpr std::size_t blocks = hn::MaxLanes(D()) == 8 ? 4 : 1;
+  template <class D, std::size_t B>
+  HWY_INLINE std::array<hn::Vec<D>, B> operator()(D d, const std::array<hn::Vec<D>, B>& v,
+                                                  const std::array<hn::Vec<D>, B>& s,
+                                                  const std::array<hn::Vec<D>, B>& bias) const {
+    const auto a = each_block<B>([&](std::size_t i) { return hn::MulAdd(v[i], s[i], bias[i]); });
+    if constexpr (softmax_narrow_output<Y>)
+      return softmax_exp_narrow(d, a);
+    else
+      return softmax_exp(d, a);
+  }
+  template <class D>
+  HWY_INLINE hn::Vec<D> operator()(D d, hn::Vec<D> v, hn::Vec<D> s, hn::Vec<D> bias) const {
+    return (*this)(d, std::array{v}, std::array{s}, std::array{bias})[0];
+  }
 };
+template <class Y>
+inline constexpr softmax_exponential_blocks<Y> softmax_exponential{};
 inline constexpr auto softmax_product = [](auto, auto v, auto s) { return v * s; };
 
 // A row's bias, -m, from its max m: 0 for a fully masked row (m = -inf), so that its arguments are
