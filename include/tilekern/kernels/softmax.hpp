@@ -356,8 +356,8 @@ inline constexpr auto softmax_added_scores = [](auto, auto v, auto add, auto s) 
 };
 // e = exp(scale * score + bias), four blocks at a time on AVX2 (blocks_at_once, engine/lanes.hpp):
 // on a 2-core AMD EPYC of the first Zen generation softmax took 0.81-0.84 of the time of one
-// block at a time (fp32, 1576 x 768 and 4096 x 4096; bf16 0.77-0.85), two at a time 1.06-1.11
-// times four's, eight 1.4-1.5 (spilling; medians of three runs, two or three runs each alternating,
+// block at a time (fp32, 1576 x 768 and 4096 x 4096; bf16 0.77-0.85), two at a time 1.03-1.11
+// times four's, eight 1.3-1.5 (spilling; medians of three runs, two or three runs each alternating,
 // CONTRIBUTING.md, stop 80). One at a time with 16 lanes (AVX-512, not measured so).
 template <class Y>
 struct softmax_exponential_blocks {
