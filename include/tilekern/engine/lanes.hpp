@@ -821,13 +821,15 @@ HWY_INLINE void combine_halves(hn::Vec<D> (&acc)[Chains]) {
 }
 
 // How many blocks a block function F takes at once on lanes D: F::blocks<D> where F has it, else 1.
-// A reduction's rounds (map_row) then call f with each source as a std::array of that many blocks,
-// the blocks of as many chains in turn, and f returns as many results, which are stored and summed
-// as one block's are: the same bits. Written a step over all its blocks before the next
-// (each_block), a long computation (softmax's exponentials) gives the processor independent work
-// in program order, where one block's steps in a row each wait for the one before: a
-// first-generation Zen, whose scheduler sees only a few blocks' operations at a time, ran softmax
-// 1.2 times as fast so (softmax_exponential_blocks, kernels/softmax.hpp; CONTRIBUTING.md, stop 80).
+// A reduction's whole rounds (map_row) then call f with each source as a std::array of that many
+// blocks, the blocks of as many chains in turn, and f returns as many results, which are stored
+// and summed as one block's are: the same bits. The blocks after the last whole round, and the
+// rounds of bf16 (interleaved sources, or pairs of blocks into a bf16 destination), take one block
+// a call. Written a step over all its blocks before the next (each_block), a long computation
+// (softmax's exponentials) gives the processor independent work in program order, where one
+// block's steps in a row each wait for the one before: a first-generation Zen, whose scheduler
+// sees only a few blocks' operations at a time, ran softmax 1.2 times as fast so
+// (softmax_exponential_blocks, kernels/softmax.hpp; CONTRIBUTING.md, stop 80).
 template <class F, class D>
 constexpr std::size_t blocks_at_once = 1;
 template <class F, class D>
