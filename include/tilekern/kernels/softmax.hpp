@@ -72,25 +72,27 @@
 // (vector::map).
 //
 // Numerics (fp32 inside). An fp32 result y32 (before y's rounding) has relative error at most
-//     (2 + |a| + 2 + k) u,   u = 2^-24, a = s - m the element's exponent,
-// against the exact softmax of the decoded inputs: 2 ulp for exp (softmax_exp below; the test
-// measures at most 1.14 ulp over [-120, 0]; its results are normal, as are e and sum, so only y's
-// last rounding meets the subnormals),
+//     (2 + |a| + 2 + k) u + (|a| + m_a) 2^-28,   u = 2^-24, a = s - m the element's exponent,
+// against the exact softmax of the decoded inputs: 2 ulp + |a| 2^-28 for exp (softmax_exp below;
+// the test measures at most 1.12 ulp beyond the |a| term over [-120, 0]; its results are normal,
+// as are e and sum, so only y's last rounding meets the subnormals), which the row's sum carries as
+// m_a 2^-28, m_a the row's mean |a| weighted by y,
 // |a| u for rounding its argument a = scale * x - m (one FMA; the error of m itself cancels, as
 // every element of the row shares it), u each for the reciprocal and the product, and
 // k u <= (ceil(cols / 64) + 6) u for the fp32 sum of e (64 partial sums on every path, then
 // combined pairwise: engine/lanes.hpp). Measured (tests/kernels/softmax_test.cpp: normal inputs,
 // sigma 2, scale 0.7, rows of 1 to 4097, every mask), the error beyond the |a| term: at most 3.8
-// fp32 ulp, on every path; the test checks the bound above and 8 ulp. The argument term |a| u is
-// the price of fp32 scores: an element 20 below its row's max (y about 2e-9 of the largest) may be
-// 20 ulp off; the large elements, which carry the row's mass, are within the few ulp above.
+// fp32 ulp, on every path; the test checks the bound above and 8 ulp. The |a| terms are the price
+// of fp32 scores (and, a sixteenth as much, of ln2/8 as one fp32 constant in exp): an element 20
+// below its row's max (y about 2e-9 of the largest) may be 20 ulp off; the large elements, which
+// carry the row's mass, are within the few ulp above.
 // A y of a narrow format (at most 10 mantissa bits: bf16, fp16, tf32, fp8) takes a cheaper
 // exponential, softmax_exp_narrow, of relative error 8e-5 + |a| 2^-23. The element's exponential
-// and the row's sum both carry it, so the bound above gains 1.6e-4 + (|a| + m_a) 2^-23, m_a the
-// row's mean |a| weighted by y (the test checks that bound with it): two thirds of half the 2^-11
-// or more between such codes (the |a| terms matter only far below the row's max, among y's
-// smallest codes). So each code is the correctly rounded fp64 result or, where that result lies
-// within the fp32 error of a rounding boundary, its neighbour (1 ulp).
+// and the row's sum both carry it, so the bound above gains 1.6e-4 + (|a| + m_a) 2^-23 in place of
+// its 2^-28 term (the test checks that bound with it): two thirds of half the 2^-11 or more
+// between such codes (the |a| terms matter only far below the row's max, among y's smallest
+// codes). So each code is the correctly rounded fp64 result or, where that result lies within the
+// fp32 error of a rounding boundary, its neighbour (1 ulp).
 //
 // Special values (as reference/softmax.hpp defines them):
 //   - a row whose scores are all -inf (fully masked by either mask, or -inf inputs with scale > 0)
@@ -190,23 +192,30 @@ HWY_INLINE hn::Vec<D> softmax_exp_lookup(D d, hn::Vec<hn::RebindToSigned<D>> j) 
 // final y = e * (1 / sum) rounds once, also into the subnormals, and costs one fp32 exponent add
 // where a general exp spends a split scaling on it.
 // a = (8k + j) ln2/8 + r, m = 8k + j = round(a 8/ln2) by the 1.5 * 2^23 trick inside one FMA,
-// ln2/8 in two parts (the high part has 12 bits, so m * hi is exact), |r| <= ln2/16;
+// r = a - m c in one FMA, c = ln2/8 rounded to fp32 (2.75e-9 above it, relative), |r| <= ln2/16
+// and a little: e^a then carries m (c - ln2/8), at most |a| 2^-28 relative, a sixteenth of the
+// |a| u that softmax's rounding of a = scale * x - m costs it already;
 // e^r - 1 = r + r^2 (c2 + c3 r) (c2, c3 a minimax fit of the relative error of e^r: 0.43 u);
 // t = 2^(j/8) 2^64 from an 8-entry table, t e^r = t + t (e^r - 1) in one FMA, and 2^k added to
 // the exponent field: m shifted left by 20 is k in the field and j in bits 20..22, which the mask
 // clears (the magic's bits shift out); on AVX-512, vscalefps by m / 8 (its floor is k), the same
 // bits, results being normal (bf16 1576 x 768 softmax 467-469 us in two runs, 479-487 in five of
 // the build before it).
-// On AVX-512, m / 8 comes from the magic in one FMA, exactly, and r from it by ln2 in two parts (8
-// times those of ln2/8: the same products, the same bits), one multiplication fewer than taking m
-// and then dividing it by 8 for vscalefps (fp32 1576 x 768 softmax 1.05 times as fast). Elsewhere
+// On AVX-512, m / 8 comes from the magic in one FMA, exactly, and r from it by ln2 rounded to fp32
+// (8 c: the same products, the same bits), one multiplication fewer than taking m and then
+// dividing it by 8 for vscalefps (fp32 1576 x 768 softmax 1.05 times as fast). Elsewhere
 // m is the magic subtracted, which a first-generation Zen does on an adder, not on the two pipes
 // of its multiply-adds. There, one block at a time, m so and t e^r as t + t (e^r - 1) took fp32
 // softmax 0.89-0.96 of the time of m / 8 and t times e^r by Horner's rule (1576 x 768 and
 // 4096 x 4096, medians of three runs, three runs each; CONTRIBUTING.md, stop 80), and t e^r
-// rounds once where that rounded e^r and then its product.
-// Error: within 2 ulp of e^a 2^64 on [-120, 0] (tests/kernels/softmax_test.cpp measures it on
-// every path: at most 1.14 ulp, where the product of the rounded e^r reached 1.93).
+// rounds once where that rounded e^r and then its product. ln2/8 in two parts, as it was until
+// stop 82, kept e^a within 2 ulp (1.14 measured), for one FMA more, and the loop of exponentials
+// is bound by its FMAs: with one, on a first-generation Zen, fp32 1576 x 768 softmax took 0.94 of
+// the time (two libraries in one process, medians of 7 rounds), and in the bench ran 1.67-1.72x
+// oneDNN against 1.59-1.62x (CONTRIBUTING.md, stop 82).
+// Error: within 2 ulp + |a| softmax_exp_slope (relative) of e^a 2^64 on [-120, 0]
+// (tests/kernels/softmax_test.cpp measures it on every path: at most 1.12 ulp beyond the |a| term).
+inline constexpr double softmax_exp_slope = 0x1p-28;
 // On B blocks at once, each step over all of them before the next (each_block, engine/lanes.hpp).
 template <class D, std::size_t B>
 HWY_INLINE std::array<hn::Vec<D>, B> softmax_exp(D d, const std::array<hn::Vec<D>, B>& a) {
@@ -228,11 +237,8 @@ HWY_INLINE std::array<hn::Vec<D>, B> softmax_exp(D d, const std::array<hn::Vec<D
     return scalef ? hn::MulAdd(shifted[i], hn::Set(d, 0.125f), hn::Set(d, -0x1.8p20f))
                   : hn::Sub(shifted[i], magic);
   });
-  const auto r_hi = step([&](std::size_t i) {
-    return hn::NegMulAdd(multiple[i], hn::Set(d, 0x1.62ep-1f * unit), x[i]);
-  });
   const auto r = step([&](std::size_t i) {
-    return hn::NegMulAdd(multiple[i], hn::Set(d, 0x1.0bfbe8p-15f * unit), r_hi[i]);
+    return hn::NegMulAdd(multiple[i], hn::Set(d, 0x1.62e43p-1f * unit), x[i]);
   });
   const auto c3_r_c2 = step([&](std::size_t i) {
     return hn::MulAdd(hn::Set(d, 0x1.555658p-3f), r[i], hn::Set(d, 0x1.000878p-1f));
@@ -266,7 +272,7 @@ HWY_INLINE hn::Vec<D> softmax_exp(D d, hn::Vec<D> a) {
 // (|f| <= 1/2, exact: s's fraction bits), so e^a = 2^n 2^(f - 1/2); 2^(f - 1/2) 2^64 a polynomial
 // of degree 3 (a minimax fit of the relative error on [-1/2, 1/2], 7.48e-5; its coefficients
 // times 2^64); and 2^n added to the exponent field, on AVX-512 by vscalefps: 8 vector operations
-// for 16 lanes where softmax_exp takes 11. The same bits on every path. Rounding s and log2(e) to
+// for 16 lanes where softmax_exp takes 10. The same bits on every path. Rounding s and log2(e) to
 // fp32 adds at most |a| 2^-23 relative (and 2^-25 for s's half).
 // n is vrndscaleps, not f vreduceps (s - round(s) in one instruction, then n = s - f): on a Zen 5
 // vreduceps and vscalefps each take two slots of the two pipes that add, vrndscaleps one, and bf16
@@ -397,6 +403,11 @@ inline float softmax_bias(float m) {
 // where the fp64 softmax of the scores may be far from it). Rounded, the largest score is m.
 inline bool softmax_huge(float m) {
   return std::abs(m) >= 0x1p24f && std::abs(m) < std::numeric_limits<float>::infinity();
+}
+// Whether the row max of the scores scale * x is scale times the row max of x, so that the max
+// takes no products: for a finite scale > 0, by which fp32 multiplication rounds monotonically.
+inline bool softmax_scaled_max(float scale) {
+  return scale > 0 && scale < std::numeric_limits<float>::infinity();
 }
 // A row's factor, 1 / sum, from its max m and the sum of its exponentials: 0 for a fully masked
 // row (m = -inf); NaN for a row with a NaN or +inf score (m NaN or +inf), which softmax_exp,
@@ -576,8 +587,8 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
   const auto constant = [](float value) {
     return operand<float, along::constant>{nullptr, 0, 0, value};
   };
-  const bool positive = scale > 0 && scale < std::numeric_limits<float>::infinity();
-  const bool codes = vector::detail::reduced_as_codes<X> && positive;
+  const bool scaled_max = softmax_scaled_max(scale);
+  const bool codes = vector::detail::reduced_as_codes<X> && scaled_max;
   // Without a mask and not streamed, the next row's max of codes is found alongside a row's
   // exponentials (codes_max_along), where codes says so.
   constexpr bool max_along = vector::detail::reduced_as_codes<X> && !masked && !Streamed;
@@ -614,7 +625,7 @@ void softmax_rows(view<const X> x, const Mask& mask, view<Y> y, float scale,
       } else if (codes) {
         if constexpr (vector::detail::reduced_as_codes<X>)
           maximum = scale * vector::detail::reduce_code_row<combine::max>(d, x.row(r).data(), cols);
-      } else if (positive) {
+      } else if (scaled_max) {
         // max(scale x) = scale max(x), rounding being monotonic: one product a row, where the
         // products took a multiplication a block (the block passes do the same). On a
         // first-generation Zen, fp32 softmax took 0.94-0.95 of the time at 1576 x 768 and
@@ -781,7 +792,7 @@ void softmax_views(view<const X> x, const Mask& mask, view<Y> y, float scale,
         vector::map(work, softmax_added_scores, x_block, mask_block, scale);
       }
       vector::row_max(column_view(maxes, n), work);
-    } else if (scale > 0 && scale < std::numeric_limits<float>::infinity()) {
+    } else if (softmax_scaled_max(scale)) {
       // max(scale x) = scale max(x), rounding being monotonic: one product a row (bf16 and fp16:
       // row_max compares codes, without decoding them).
       vector::row_max(column_view(maxes, n), x_block);
