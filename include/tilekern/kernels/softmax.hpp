@@ -209,10 +209,10 @@ HWY_INLINE hn::Vec<D> softmax_exp_lookup(D d, hn::Vec<hn::RebindToSigned<D>> j) 
 // softmax 0.89-0.96 of the time of m / 8 and t times e^r by Horner's rule (1576 x 768 and
 // 4096 x 4096, medians of three runs, three runs each; CONTRIBUTING.md, stop 80), and t e^r
 // rounds once where that rounded e^r and then its product. ln2/8 in two parts, as it was until
-// stop 82, kept e^a within 2 ulp (1.14 measured), for one FMA more, and the loop of exponentials
-// is bound by its FMAs: with one, on a first-generation Zen, fp32 1576 x 768 softmax took 0.94 of
-// the time (two libraries in one process, medians of 7 rounds), and in the bench ran 1.67-1.72x
-// oneDNN against 1.59-1.62x (CONTRIBUTING.md, stop 82).
+// stop 82, kept e^a within 2 ulp (1.14 measured), for one FMA more, in a loop bound by its
+// arithmetic: with one, on a first-generation Zen, fp32 1576 x 768 softmax took 0.94 of the time
+// (two libraries in one process, medians of 7 rounds), and in the bench ran 1.67-1.72x oneDNN
+// against 1.59-1.62x (CONTRIBUTING.md, stop 82).
 // Error: within 2 ulp + |a| softmax_exp_slope (relative) of e^a 2^64 on [-120, 0]
 // (tests/kernels/softmax_test.cpp measures it on every path: at most 1.11 ulp beyond the |a| term).
 inline constexpr double softmax_exp_slope = 0x1p-28;
