@@ -153,11 +153,11 @@ void check_forward(const std::vector<double>& y, const std::vector<double>& ref,
     // The exponential's error beyond 2 ulp (softmax_exp's |a| term; softmax_exp_narrow's own
     // error for a narrow y): in the element's exponential and, as a mean weighted by the
     // reference, in the row's sum.
-    const double exponentials = a + mean_exponent[i / cols];
+    const double a_terms = a + mean_exponent[i / cols];  // the element's |a| and the sum's mean
     const double exp_error =
         detail::softmax_narrow_output<Y>
-            ? 2 * detail::softmax_narrow_exp_error + exponentials * detail::softmax_narrow_exp_slope
-            : exponentials * detail::softmax_exp_slope;
+            ? 2 * detail::softmax_narrow_exp_error + a_terms * detail::softmax_narrow_exp_slope
+            : a_terms * detail::softmax_exp_slope;
     const double bound = ((4 + a + k) * u + exp_error) * ref[i];
     if constexpr (std::is_same_v<Y, float>) {
       const double error = std::abs(y[i] - ref[i]);
