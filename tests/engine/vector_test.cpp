@@ -367,13 +367,14 @@ TEST_CASE("vector: map with a float source") {
 }
 
 // A float map whose rows start anywhere in a line: where the destination's row and its first
-// source's start at the same place, the row loop computes the elements up to the next line as
-// one masked block and the rest from there (engine/lanes.hpp, masked_ends), so every element must
-// come out as it would from any block, here fma(x, the row's value, the column's g), bit for bit:
-// every offset of the rows in a line, the source at the same offset, at the next one and in
-// place, contiguous and strided rows, lengths around a block, on every path. The buffers have 16
-// floats to spare and end at an unreadable page: the tensors start 0 to 16 floats into them (16:
-// they end at the page), and the floats around the destination are checked untouched.
+// source's start at the same place, the row loop on 16 lanes computes the elements up to the next
+// line as one masked block and the rest from there (engine/lanes.hpp, masked_ends; on 8 lanes
+// only the tail is a masked block), so every element must come out as it would from any block,
+// here fma(x, the row's value, the column's g), bit for bit: every offset of the rows in a line,
+// the source at the same offset, at the next one and in place, contiguous and strided rows,
+// lengths around a block, on every path. The buffers have 16 floats to spare and end at an
+// unreadable page: the tensors start 0 to 16 floats into them (16: they end at the page), and the
+// floats around the destination are checked untouched.
 TEST_CASE("vector: a float map gives the same bits wherever its rows start in a line") {
   const std::size_t rows = 3, spare = 16;
   constexpr float untouched = 7.0f;

@@ -914,20 +914,28 @@ void with_interleaved_rows(D, std::size_t cols, Body&& body, const Operands&... 
   std::apply([&](const auto&... ordered) { body(reading(operands, ordered)...); }, copies);
 }
 
-// How many floats from `row` on come before the first that starts a block's bytes on lanes D
-// (lanes x 4, at most a 64-byte line); 0 where the row starts there or is not aligned to 4 bytes.
+// How many floats from `row` on come before the first that starts a 64-byte line, on 16 lanes
+// (whose blocks are lines); 0 where the row starts there or is not aligned to 4 bytes. Always 0
+// on 8 lanes: there only every other block of a row 16 bytes past a line (as glibc's malloc gives
+// large buffers) crosses a line, and the head cost more than it saved. On a first-generation Zen
+// (which takes 32 bytes as two 16-byte halves, none across a line), layernorm fp32 64 x 768 (in
+// L2), rows 16 bytes past a line, took 0.92 of the time without it and rmsnorm 0.90; skipped at
+// run time, the head's code still in the row loop, layernorm took 0.98 (CONTRIBUTING.md, stop 83).
 template <class D>
 std::size_t line_head(const float* row) {
-  constexpr std::size_t bytes = std::min<std::size_t>(64, hn::MaxLanes(D()) * sizeof(float));
-  const auto address = reinterpret_cast<std::uintptr_t>(row);
-  if (address % sizeof(float) != 0) return 0;
-  return (bytes - address % bytes) % bytes / sizeof(float);
+  if constexpr (hn::MaxLanes(D()) * sizeof(float) < 64) {
+    return 0;
+  } else {
+    const auto address = reinterpret_cast<std::uintptr_t>(row);
+    if (address % sizeof(float) != 0) return 0;
+    return (64 - address % 64) % 64 / sizeof(float);
+  }
 }
 
 // Whether map_rows reads and writes the partial blocks of a row (its head, up to its first line,
-// and its tail) with masked loads and stores, not through staging: an elementwise operation (no
-// reduction) from float rows and constants into a float destination, on 8 or 16 lanes, not
-// streamed (streamed rows start on a line).
+// on 16 lanes: line_head; and its tail) with masked loads and stores, not through staging: an
+// elementwise operation (no reduction) from float rows and constants into a float destination,
+// on 8 or 16 lanes, not streamed (streamed rows start on a line).
 template <class Op>
 constexpr bool float_or_constant =
     Op::kind == along::constant || std::is_same_v<typename Op::element, float>;
@@ -1221,10 +1229,10 @@ HWY_INLINE void map_row(D d, Interleave, const lane_store<Out, D, Streamed>& out
   constexpr bool masked = masked_ends<Reduce, Streamed, Out, D, Sources...>;
   if constexpr (masked) {
     // A row that starts off a line at the same place as the first row it reads (as large
-    // buffers from glibc's malloc do, 16 bytes past one; or in place): its first elements as
-    // one block, so that every whole block after them is loaded and stored within a line, not
-    // split across two. Each element's result is the same in any block; a reduction's partial
-    // sums would not be.
+    // buffers from glibc's malloc do, 16 bytes past one; or in place): on 16 lanes, its first
+    // elements as one block, so that every whole block after them is loaded and stored within a
+    // line, not split across two (on 8 lanes none: line_head). Each element's result is the
+    // same in any block; a reduction's partial sums would not be.
     // A group whose rows start at different places within a line takes them one at a time.
     const auto head_of = [&](std::size_t k) TILEKERN_INLINE_LAMBDA {
       const float* first = nullptr;
