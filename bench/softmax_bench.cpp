@@ -3,6 +3,10 @@
 //   softmax/<format>/<rows>x<cols>       forward, no mask, scale 1, bf16 and float at 1576x768
 //                                        (ViT-B/16, batch 8), 4096x4096 and 1x768 (one row: what a
 //                                        call costs beyond its arithmetic)
+//   softmax/<format>/1576x768/plain      the same, timed on a plain loop instead of the kernel
+//                                        (support/plain.hpp: a polynomial exponential without a
+//                                        table, no NaN, huge-row or subnormal care; where the build
+//                                        has it, AVX512-BF16 or AVX2 and FMA)
 //   softmax_bwd/<format>/1576x768        backward (dy and y in, dx out), GBps only
 // (Google Benchmark appends /manual_time.)
 //
@@ -17,10 +21,6 @@
 //                only when the build found oneDNN (TILEKERN_HAVE_ONEDNN)
 //   err          the largest |y - y_ref| / y_ref against reference::softmax (fp64, on the decoded
 //                inputs), over every element, computed once before the timed loop (forward only)
-//   plain_frac   at 1576x768, when built with AVX512-BF16: the time of a plain loop
-//                (support/plain.hpp: a polynomial exponential without a table, no NaN, huge-row or
-//                subnormal care), timed alongside, over tilekern's time; plain_memcpy_frac is its
-//                memcpy_frac, plain_err its err
 // Times are the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), not the wall clock: on this
 // shared 2-core machine other jobs often hold both cores, and wall time then mostly measures how
 // long the thread waited to be scheduled (3-5x the CPU time, run to run). Every call timed is
@@ -28,6 +28,7 @@
 // Every iteration times the kernel, the memcpy and oneDNN back to back, into the same output
 // buffer, alternating the order (kernel first on even iterations, last on odd ones), so all see
 // the same cache state and clock; a ratio is the total time of one over the total of the other.
+// The plain loop has rows of its own, as in norm_bench.cpp.
 
 #include <benchmark/benchmark.h>
 
@@ -66,11 +67,12 @@ double largest_error(const std::vector<T>& y, const std::vector<double>& want) {
   return worst;
 }
 
-// The plain loop (support/plain.hpp), writing y; empty where this build or the shape has none.
+// The plain loop (support/plain.hpp), writing y; empty where this build or the shape has none (no
+// row is registered for it there).
 template <class T>
 std::function<void()> plain_of(const std::vector<T>& x, std::vector<T>& y, std::size_t rows,
                                std::size_t cols) {
-#if defined(__AVX512BF16__)
+#if defined(TILEKERN_BENCH_PLAIN)
   if (bench::plain_fits(rows, cols)) {
     return [=, &x, &y] { bench::plain_softmax(x.data(), y.data(), rows, cols); };
   }
@@ -80,25 +82,22 @@ std::function<void()> plain_of(const std::vector<T>& x, std::vector<T>& y, std::
 }
 
 template <class T>
-void forward(benchmark::State& state, std::size_t rows, std::size_t cols, bool with_plain) {
+void forward(benchmark::State& state, std::size_t rows, std::size_t cols, bool plain) {
   const std::vector<T> x = normal_tensor<T>(rows * cols, 42);
   std::vector<T> y(rows * cols);
   const view<const T> xv(x.data(), rows, cols);
   const view<T> yv(y.data(), rows, cols);
-  const std::function<void()> plain = with_plain ? plain_of(x, y, rows, cols) : nullptr;
+  const auto kernel = [&] { softmax(xv, yv); };
+  const std::function<void()> once = plain ? plain_of(x, y, rows, cols) : kernel;
 
   // The errors against the fp64 reference, once, outside the timed loop.
-  softmax(xv, yv);
+  once();
   {
     const std::vector<double> x64 = bench::decoded(x);
     std::vector<double> want(rows * cols);
     reference::softmax(view<const double>(x64.data(), rows, cols), 1.0,
                        view<double>(want.data(), rows, cols));
     state.counters["err"] = largest_error(y, want);
-    if (plain) {
-      plain();
-      state.counters["plain_err"] = largest_error(y, want);
-    }
   }
 
   const std::size_t bytes = rows * cols * sizeof(T);
@@ -111,19 +110,12 @@ void forward(benchmark::State& state, std::size_t rows, std::size_t cols, bool w
       x.data(), y.data());
   if (onednn) others.push_back(bench::repeated(calls, [&] { onednn->run(); }));
 #endif
-  const std::size_t plain_at = others.size();
-  if (plain) others.push_back(bench::repeated(calls, plain));
   double seconds = 0;
-  const auto ratios =
-      time_against(state, bench::repeated(calls, [&] { softmax(xv, yv); }), others, seconds);
+  const auto ratios = time_against(state, bench::repeated(calls, once), others, seconds);
   const auto iterations = static_cast<double>(state.iterations() * calls);
   state.counters["GBps"] = 2.0 * static_cast<double>(bytes) * iterations / seconds * 1e-9;
   state.counters["memcpy_frac"] = ratios[0];
-  if (plain_at > 1) state.counters["onednn_frac"] = ratios[1];  // others[1]: oneDNN, where it ran
-  if (plain) {
-    state.counters["plain_frac"] = ratios[plain_at];
-    state.counters["plain_memcpy_frac"] = ratios[0] / ratios[plain_at];
-  }
+  if (ratios.size() > 1) state.counters["onednn_frac"] = ratios[1];  // others[1]: oneDNN
   if (calls > 1) state.counters["call_ns"] = seconds / iterations * 1e9;
 }
 
@@ -153,13 +145,16 @@ void add(const std::string& name, std::function<void(benchmark::State&)> body) {
 
 template <class T>
 void register_format() {
-  // rows, cols, and whether the plain loop is timed (not where y streams: support/plain.hpp)
+  // rows, cols, and whether the plain loop has a row (not where y streams: support/plain.hpp)
   constexpr std::size_t shapes[][3] = {{1576, 768, 1}, {4096, 4096, 0}, {1, 768, 0}};
   for (const auto& shape : shapes) {
     const std::size_t rows = shape[0], cols = shape[1];
-    const bool with_plain = shape[2] != 0;
-    add("softmax/" + name_of<T>() + "/" + std::to_string(rows) + "x" + std::to_string(cols),
-        [=](benchmark::State& state) { forward<T>(state, rows, cols, with_plain); });
+    const std::string row =
+        "softmax/" + name_of<T>() + "/" + std::to_string(rows) + "x" + std::to_string(cols);
+    add(row, [=](benchmark::State& state) { forward<T>(state, rows, cols, false); });
+    if (shape[2] != 0 && bench::plain_fits(rows, cols)) {
+      add(row + "/plain", [=](benchmark::State& state) { forward<T>(state, rows, cols, true); });
+    }
   }
   add("softmax_bwd/" + name_of<T>() + "/1576x768",
       [](benchmark::State& state) { backward<T>(state, 1576, 768); });
