@@ -364,8 +364,8 @@ void check_exponential() {
     const double difference = std::fabs(static_cast<double>(got[i]) - exact);
     const double error =
         Narrow ? difference / exact - std::fabs(a[i]) * detail::softmax_narrow_exp_slope
-               : difference / std::ldexp(1.0, std::ilogb(exact) - 23) -
-                     std::fabs(a[i]) * std::ldexp(detail::softmax_exp_slope, 24);
+               : (difference - std::fabs(a[i]) * detail::softmax_exp_slope * exact) /
+                     std::ldexp(1.0, std::ilogb(exact) - 23);
     if (!(error <= worst)) {
       worst = error;
       worst_a = a[i];

@@ -74,7 +74,7 @@
 // Numerics (fp32 inside). An fp32 result y32 (before y's rounding) has relative error at most
 //     (2 + |a| + 2 + k) u + (|a| + m_a) 2^-28,   u = 2^-24, a = s - m the element's exponent,
 // against the exact softmax of the decoded inputs: 2 ulp + |a| 2^-28 for exp (softmax_exp below;
-// the test measures at most 1.11 ulp beyond the |a| term over [-120, 0]; its results are normal,
+// the test measures at most 1.12 ulp beyond the |a| term over [-120, 0]; its results are normal,
 // as are e and sum, so only y's last rounding meets the subnormals), which the row's sum carries as
 // m_a 2^-28, m_a the row's mean |a| weighted by y,
 // |a| u for rounding its argument a = scale * x - m (one FMA; the error of m itself cancels, as
@@ -214,7 +214,7 @@ HWY_INLINE hn::Vec<D> softmax_exp_lookup(D d, hn::Vec<hn::RebindToSigned<D>> j) 
 // (two libraries in one process, medians of 7 rounds), and in the bench ran 1.67-1.72x oneDNN
 // against 1.59-1.62x (CONTRIBUTING.md, stop 82).
 // Error: within 2 ulp + |a| softmax_exp_slope (relative) of e^a 2^64 on [-120, 0]
-// (tests/kernels/softmax_test.cpp measures it on every path: at most 1.11 ulp beyond the |a| term).
+// (tests/kernels/softmax_test.cpp measures it on every path: at most 1.12 ulp beyond the |a| term).
 inline constexpr double softmax_exp_slope = 0x1p-28;
 // On B blocks at once, each step over all of them before the next (each_block, engine/lanes.hpp).
 template <class D, std::size_t B>
