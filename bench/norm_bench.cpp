@@ -19,7 +19,8 @@
 // At 1x768 each timed piece (the kernel, memcpy, oneDNN) is 256 calls in a row
 // (support/timing.hpp, calls_per_piece): the time column is that of 256 calls, and the counter
 // call_ns the kernel's time per call.
-// Counters (the benchmark's own time, UseManualTime, is the tilekern call's alone):
+// Counters (the benchmark's own time, UseManualTime, is the tilekern call's alone; in a plain
+// row the plain loop's, which then stands for tilekern's below):
 //   GBps         bytes read + written by the kernel / time: x and y once each, gamma and beta once
 //                per call (backward: dy, x, dx, gamma, dgamma, dbeta)
 //   memcpy_frac  memcpy time / tilekern time: a memcpy of x's bytes into y's buffer
