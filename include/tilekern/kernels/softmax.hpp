@@ -122,6 +122,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -167,21 +168,32 @@ alignas(64) inline constexpr float softmax_exp_table[16] = {
     0x1.ae89fap64f, 0x1.d5818ep64f, 0x1p64f,        0x1.172b84p64f, 0x1.306fep64f,  0x1.4bfdaep64f,
     0x1.6a09e6p64f, 0x1.8ace54p64f, 0x1.ae89fap64f, 0x1.d5818ep64f};
 
-// softmax_exp_table[j mod 8] in each lane, j the lane's integer (its low 3 bits; on 16 lanes its
-// low 4, the table being repeated): one permute on AVX2 and AVX-512.
+// Its first 8 entries less j in bits 20..22, as integers (no use as floats themselves): adding m
+// shifted left by 20 (mod 2^32), m = 8k + j, to entry j gives 2^(j/8) 2^64 2^k (softmax_exp).
+alignas(32) inline constexpr std::array<float, 8> softmax_exp_table_less_j = [] {
+  std::array<float, 8> entries{};
+  for (std::uint32_t j = 0; j < 8; ++j) {
+    entries[j] =
+        std::bit_cast<float>(std::bit_cast<std::uint32_t>(softmax_exp_table[j]) - (j << 20));
+  }
+  return entries;
+}();
+
+// table[j mod 8] in each lane, j the lane's integer (its low 3 bits; on 16 lanes its low 4, from a
+// table of 16 entries, repeated): one permute on AVX2 and AVX-512.
 template <class D>
-HWY_INLINE hn::Vec<D> softmax_exp_lookup(D d, hn::Vec<hn::RebindToSigned<D>> j) {
+HWY_INLINE hn::Vec<D> softmax_exp_lookup(D d, hn::Vec<hn::RebindToSigned<D>> j,
+                                         const float* table) {
   if constexpr (hn::MaxLanes(D()) == 1) {
-    return hn::Set(d, softmax_exp_table[hn::GetLane(j) & 7]);
+    return hn::Set(d, table[hn::GetLane(j) & 7]);
   } else if constexpr (hn::MaxLanes(D()) == 8) {
-    return hn::Vec<D>{_mm256_permutevar8x32_ps(_mm256_load_ps(softmax_exp_table), j.raw)};
+    return hn::Vec<D>{_mm256_permutevar8x32_ps(_mm256_load_ps(table), j.raw)};
   } else {
 #if defined(__AVX512F__)
     // The zero-masking form with every lane selected compiles to the same vpermps; the plain
     // _mm512_permutexvar_ps passes _mm512_undefined_ps(), on which gcc 12 warns
     // maybe-uninitialized (bug 105593), an error under -Werror.
-    return hn::Vec<D>{
-        _mm512_maskz_permutexvar_ps(0xffff, j.raw, _mm512_load_ps(softmax_exp_table))};
+    return hn::Vec<D>{_mm512_maskz_permutexvar_ps(0xffff, j.raw, _mm512_load_ps(table))};
 #endif
   }
 }
@@ -197,10 +209,15 @@ HWY_INLINE hn::Vec<D> softmax_exp_lookup(D d, hn::Vec<hn::RebindToSigned<D>> j) 
 // |a| u that softmax's rounding of a = scale * x - m costs it already;
 // e^r - 1 = r + r^2 (c2 + c3 r) (c2, c3 a minimax fit of the relative error of e^r: 0.43 u);
 // t = 2^(j/8) 2^64 from an 8-entry table, t e^r = t + t (e^r - 1) in one FMA, and 2^k added to
-// the exponent field: m shifted left by 20 is k in the field and j in bits 20..22, which the mask
-// clears (the magic's bits shift out); on AVX-512, vscalefps by m / 8 (its floor is k), the same
-// bits, results being normal (bf16 1576 x 768 softmax 467-469 us in two runs, 479-487 in five of
-// the build before it).
+// the exponent field of t before it: m shifted left by 20 is k in the field and j in bits 20..22
+// (the magic's bits shift out), which the table's entries have less (softmax_exp_table_less_j),
+// so one integer add of that to the entry gives t 2^k, a normal (2^-110 or more), and the FMA
+// rounds t 2^k e^r as it rounds t e^r, times 2^k: the same bits as adding k to its result, which
+// took a mask more (on a first-generation Zen, a loop of exponentials 0.90 of the time, fp32
+// softmax in the bench 4096 x 4096 0.97-0.98, 1576 x 768 within its noise; the same bits over
+// every fp32 in [-130, 1/2], on 8 lanes and 1; stop 85); on AVX-512, vscalefps by m / 8 after the
+// FMA (its floor is k), the same bits, results being normal (bf16 1576 x 768 softmax 467-469 us in
+// two runs, 479-487 in five of the build before it).
 // On AVX-512, m / 8 comes from the magic in one FMA, exactly, and r from it by ln2 rounded to fp32
 // (8 c: the same products, the same bits), one multiplication fewer than taking m and then
 // dividing it by 8 for vscalefps (fp32 1576 x 768 softmax 1.05 times as fast). Elsewhere
@@ -245,21 +262,27 @@ HWY_INLINE std::array<hn::Vec<D>, B> softmax_exp(D d, const std::array<hn::Vec<D
   });
   const auto r2 = step([&](std::size_t i) { return hn::Mul(r[i], r[i]); });
   const auto e_r_minus_1 = step([&](std::size_t i) { return hn::MulAdd(r2[i], c3_r_c2[i], r[i]); });
-  const auto t =
-      step([&](std::size_t i) { return softmax_exp_lookup(d, hn::BitCast(di, shifted[i])); });
-  const auto scaled = step([&](std::size_t i) { return hn::MulAdd(t[i], e_r_minus_1[i], t[i]); });
-  return step([&](std::size_t i) {
-#if defined(__AVX512F__)
+  // t = 2^(j/8) 2^64, times 2^k where there is no vscalefps: the field add, on the table's entry.
+  const auto t = step([&](std::size_t i) {
+    const auto m = hn::BitCast(di, shifted[i]);
     if constexpr (scalef) {
-      // 2^k by vscalefps (scaled 2^floor(m / 8)): one instruction for the three of the field add.
-      // Zero-masking with every lane selected, as in softmax_exp_lookup (gcc bug 105593).
-      return hn::Vec<D>{_mm512_maskz_scalef_ps(0xffff, scaled[i].raw, multiple[i].raw)};
+      return softmax_exp_lookup(d, m, softmax_exp_table);
+    } else {
+      const auto entry = softmax_exp_lookup(d, m, softmax_exp_table_less_j.data());
+      return hn::BitCast(d, hn::Add(hn::BitCast(di, entry), hn::ShiftLeft<20>(m)));
     }
-#endif
-    const auto k = hn::And(hn::ShiftLeft<20>(hn::BitCast(di, shifted[i])),
-                           hn::Set(di, static_cast<std::int32_t>(0xff800000u)));
-    return hn::BitCast(d, hn::Add(hn::BitCast(di, scaled[i]), k));
   });
+  const auto scaled = step([&](std::size_t i) { return hn::MulAdd(t[i], e_r_minus_1[i], t[i]); });
+#if defined(__AVX512F__)
+  if constexpr (scalef) {
+    // 2^k by vscalefps (scaled 2^floor(m / 8)): one instruction for the two of the field add.
+    // Zero-masking with every lane selected, as in softmax_exp_lookup (gcc bug 105593).
+    return step([&](std::size_t i) {
+      return hn::Vec<D>{_mm512_maskz_scalef_ps(0xffff, scaled[i].raw, multiple[i].raw)};
+    });
+  }
+#endif
+  return scaled;
 }
 template <class D>
 HWY_INLINE hn::Vec<D> softmax_exp(D d, hn::Vec<D> a) {
