@@ -24,11 +24,11 @@ namespace {
 using test::row_passes_everywhere;
 using test::stream_threshold_of;
 
-// The processor's vendor as Linux reports it ("" elsewhere).
-std::string cpuinfo_vendor() {
+// The value of the first line of /proc/cpuinfo that starts with `key`; "" without one.
+std::string cpuinfo(const std::string& key) {
   std::ifstream cpuinfo("/proc/cpuinfo");
   for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.rfind("vendor_id", 0) != 0) continue;
+    if (line.rfind(key, 0) != 0) continue;
     const std::size_t start = line.find_first_not_of(" \t", line.find(':') + 1);
     return start == std::string::npos ? "" : line.substr(start);
   }
@@ -68,10 +68,16 @@ TEST_CASE("the row passes' prefetch lead by vendor") {
   CHECK(detail::long_row_lead((std::size_t{8} << 10) - 1) == 1);
 }
 
-TEST_CASE("non-temporal stores by default from 16 MiB") {
-  const std::string vendor = cpuinfo_vendor();
-  INFO("vendor_id: ", vendor);
+// The vendor and family that the kernels' choices read (detected_cpu_features) are those Linux
+// reports, where it does.
+TEST_CASE("the processor's vendor and family") {
+  const std::string vendor = cpuinfo("vendor_id"), family = cpuinfo("cpu family");
+  INFO("vendor_id: ", vendor, ", cpu family: ", family);
   if (!vendor.empty()) CHECK(detected_cpu_features().amd == (vendor == "AuthenticAMD"));
+  if (!family.empty()) CHECK(std::to_string(detected_cpu_features().family) == family);
+}
+
+TEST_CASE("non-temporal stores by default from 16 MiB") {
   const std::size_t by_default = std::size_t{16} << 20;
   CHECK(stream_threshold() == by_default);
   {

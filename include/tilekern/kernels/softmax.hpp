@@ -65,9 +65,9 @@
 // 1.02-1.06, and 1576 x 768 fp32 1.05-1.09 (its exponentials into y's rows). A bf16 y at
 // 1576 x 768, not streamed, keeps the products' own loop: fused, it ran 0.94-0.99 times as fast
 // (CONTRIBUTING.md, stop 64). They are fused only where two rows of exponentials and a row of x
-// fit in L1, for a streamed y on Intel processors, and for exponentials in y's rows where those do
-// not alias (softmax_fuses below: on an AMD EPYC (Zen 4), unfused, 4096 x 4096 took 0.62-0.80 of
-// the time).
+// fit in L1, for a streamed y on Intel processors and AMD's from Zen 5 on, and for exponentials in
+// y's rows where those do not alias (softmax_fuses below: on an AMD EPYC (Zen 4), unfused,
+// 4096 x 4096 took 0.62-0.80 of the time; on a Zen 5, 1.08-1.14).
 // The backward is two passes: dot = row_sum_of(dy * y), then dx = scale * y * (dy - dot)
 // (vector::map).
 //
@@ -550,18 +550,21 @@ inline bool rows_alias(std::size_t stride_bytes) {
 // next row's exponentials (products_along), for rows of `cols` elements, x's of `x_bytes` each:
 // where what it then keeps in L1 fits there (two rows of fp32 exponentials and a row of x) and,
 // for exponentials in y's rows (a float y not streamed, `y_stride_bytes` apart), where those do not
-// alias (rows_alias); for a streamed y, on Intel processors only. Otherwise each row's products
-// run in a loop of their own after its exponentials, which on a 2-core AMD EPYC (Zen 4, 32 KiB of
-// L1) took, as a fraction of the fused loop's time: streamed, bf16 0.76-0.80 at 1536 to 4096
-// columns (0.96 at 1024), fp32 0.80 at 2048 and 4096; into y's rows, fp32 0.74-0.88 at 1024, 2048
-// and 4096 columns (rows 4 to 16 KiB apart), but 1.05 at 1536 and 1.10 at 768 (stop 72). On a
-// 2-core Intel Xeon with 48 KiB of L1 the fused loop had taken 0.85-0.94 of their time at
-// 4096 x 4096 streamed (top of this header; CONTRIBUTING.md, stop 64).
+// alias (rows_alias); for a streamed y, except on AMD processors before Zen 5 (family 26).
+// Otherwise each row's products run in a loop of their own after its exponentials, which on a
+// 2-core AMD EPYC (Zen 4, 32 KiB of L1) took, as a fraction of the fused loop's time: streamed,
+// bf16 0.76-0.80 at 1536 to 4096 columns (0.96 at 1024), fp32 0.80 at 2048 and 4096; into y's
+// rows, fp32 0.74-0.88 at 1024, 2048 and 4096 columns (rows 4 to 16 KiB apart), but 1.05 at 1536
+// and 1.10 at 768 (stop 72). On a 2-core Intel Xeon with 48 KiB of L1 the fused loop had taken
+// 0.85-0.94 of their time at 4096 x 4096 streamed (top of this header; CONTRIBUTING.md, stop 64),
+// and on a 2-core AMD EPYC of the Zen 5 family (48 KiB of L1), streamed, 0.80-0.92 in bf16 at 1024
+// to 4096 columns and 0.54-0.93 in fp32 (stop 87).
 inline bool softmax_fuses(bool streamed, std::size_t cols, std::size_t x_bytes,
                           std::size_t y_stride_bytes) {
   if (const int setting = softmax_fusion_setting().load(); setting >= 0) return setting == 1;
   if (cols * (2 * sizeof(float) + x_bytes) > l1_cache_bytes()) return false;
-  return streamed ? !detected_cpu_features().amd : !rows_alias(y_stride_bytes);
+  const cpu_features& cpu = detected_cpu_features();
+  return streamed ? !cpu.amd || cpu.family >= 26 : !rows_alias(y_stride_bytes);
 }
 
 // softmax of x into y row by row: the three passes of softmax_views over one row, the next row's

@@ -69,6 +69,7 @@ struct cpu_features {
   bool amx = false;            // AMX-TILE and AMX-BF16, XTILEDATA enabled by the OS
   bool amx_permitted = false;  // and Linux granted this process the tile data state
   bool amd = false;            // the vendor is AuthenticAMD
+  unsigned family = 0;  // CPUID's family, its extended family added (AMD: 25 Zen 4, 26 Zen 5)
 };
 
 namespace detail {
@@ -85,6 +86,8 @@ inline cpu_features detect_cpu_features() {
   features.amd = ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;  // "AuthenticAMD"
   if (eax < 7) return features;
   __cpuid_count(1, 0, eax, ebx, ecx, edx);
+  const unsigned base_family = (eax >> 8) & 0xfu;
+  features.family = base_family + (base_family == 0xfu ? (eax >> 20) & 0xffu : 0u);
   const bool osxsave = bit(ecx, 27), fma = bit(ecx, 12), f16c = bit(ecx, 29);
   if (!osxsave) return features;
   std::uint32_t xcr0_lo = 0, xcr0_hi = 0;
