@@ -557,8 +557,9 @@ inline bool rows_alias(std::size_t stride_bytes) {
 // rows, fp32 0.74-0.88 at 1024, 2048 and 4096 columns (rows 4 to 16 KiB apart), but 1.05 at 1536
 // and 1.10 at 768 (stop 72). On a 2-core Intel Xeon with 48 KiB of L1 the fused loop had taken
 // 0.85-0.94 of their time at 4096 x 4096 streamed (top of this header; CONTRIBUTING.md, stop 64),
-// and on a 2-core AMD EPYC of the Zen 5 family (48 KiB of L1), streamed, 0.80-0.92 in bf16 at 1024
-// to 4096 columns and 0.54-0.93 in fp32 (stop 87).
+// and on a 2-core AMD EPYC of the Zen 5 family (48 KiB of L1), streamed, 0.88-0.93 in bf16 at 1024
+// to 4096 columns and 0.54-0.93 in fp32 (two libraries in one process, each way round; in the
+// bench, fp32 4096 x 4096 0.80-0.94 of memcpy against 0.65-0.69, bf16 the same; stop 87).
 inline bool softmax_fuses(bool streamed, std::size_t cols, std::size_t x_bytes,
                           std::size_t y_stride_bytes) {
   if (const int setting = softmax_fusion_setting().load(); setting >= 0) return setting == 1;
