@@ -84,10 +84,11 @@ inline cpu_features detect_cpu_features() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   __cpuid(0, eax, ebx, ecx, edx);
   features.amd = ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;  // "AuthenticAMD"
-  if (eax < 7) return features;
+  const unsigned max_leaf = eax;
   __cpuid_count(1, 0, eax, ebx, ecx, edx);
   const unsigned base_family = (eax >> 8) & 0xfu;
   features.family = base_family + (base_family == 0xfu ? (eax >> 20) & 0xffu : 0u);
+  if (max_leaf < 7) return features;
   const bool osxsave = bit(ecx, 27), fma = bit(ecx, 12), f16c = bit(ecx, 29);
   if (!osxsave) return features;
   std::uint32_t xcr0_lo = 0, xcr0_hi = 0;
