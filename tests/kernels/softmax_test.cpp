@@ -768,12 +768,12 @@ TEST_CASE("softmax: the same bits with its products fused or not") {
 }
 
 // When softmax's row passes fuse a row's products with the next row's exponentials: where two
-// fp32 rows and a row of x fit in L1, a streamed y except on AMD processors before Zen 5
-// (amd_zen5_family), exponentials in y's rows where those rows do not start within 512 bytes of
-// each other modulo 4 KiB.
+// fp32 rows and a row of x fit in L1, a streamed y except on AMD processors before Zen 5 (family
+// 26), exponentials in y's rows where those rows do not start within 512 bytes of each other
+// modulo 4 KiB.
 TEST_CASE("softmax fuses its products by the L1's size, the processor and y's stride") {
   const cpu_features& cpu = detected_cpu_features();
-  const bool amd_before_zen5 = cpu.amd && cpu.family < amd_zen5_family;
+  const bool amd_before_zen5 = cpu.amd && cpu.family < 26;
   INFO("AMD: ", cpu.amd, ", family ", cpu.family);
   const std::size_t l1 = l1_cache_bytes();
   INFO("L1 ", l1, " bytes");

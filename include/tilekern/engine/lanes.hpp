@@ -102,40 +102,9 @@ HWY_INLINE hn::Vec<D> load_lanes(D d, const T* from) {
   }
 }
 
-#if defined(TILEKERN_CONVERT_AVX512)
-// A row's last n < lanes elements, where they are of 1, 2 or 4 bytes, are copied by their codes
-// with a mask on AVX-512 (load_partial, lane_store::store_tail), where std::copy_n of a run-time
-// count calls memcpy; a masked-off element is neither touched nor faults. On a 2-core AMD EPYC
-// (Zen 5) at 4096 x 4096, x and y 16 bytes past a line (as large std::vectors are), whose rows end
-// in 24 and 8 elements outside the streamed lines (write_rounded, row_ends), layernorm bf16 ran
-// 1.10-1.16 times as fast so and rmsnorm bf16 1.14-1.17; fp32, and rows on lines, the same (a
-// timing program, two builds in one process, both ways round; CONTRIBUTING.md, stop 88).
-template <class T, class D>
-constexpr bool masked_codes = hn::MaxLanes(D()) > 1 &&
-                              (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4);
-template <class T>
-using code_of = hwy::UnsignedFromSize<sizeof(T)>;
-template <class T>
-const code_of<T>* as_codes(const T* p) {
-  return reinterpret_cast<const code_of<T>*>(p);
-}
-template <class T>
-code_of<T>* as_codes(T* p) {
-  return reinterpret_cast<code_of<T>*>(p);
-}
-#endif
-
 // The first n < lanes elements of `from`, zeros after them.
 template <class T, class D>
 HWY_INLINE hn::Vec<D> load_partial(D d, const T* from, std::size_t n) {
-#if defined(TILEKERN_CONVERT_AVX512)
-  if constexpr (masked_codes<T, D>) {
-    const hn::Rebind<code_of<T>, D> dc;
-    T staged[hn::MaxLanes(D())];
-    hn::StoreU(hn::MaskedLoad(hn::FirstN(dc, n), dc, as_codes(from)), dc, as_codes(staged));
-    return load_lanes(d, staged);
-  }
-#endif
   T staged[hn::MaxLanes(D())] = {};
   std::copy_n(from, n, staged);
   return load_lanes(d, staged);
@@ -576,14 +545,6 @@ class lane_store {
       // non-temporal stores all the same.
       alignas(Streamed ? 64 : alignof(T)) T staged[hn::MaxLanes(D())] = {};
       encode(d, x, staged, index(r, c));
-#if defined(TILEKERN_CONVERT_AVX512)
-      if constexpr (masked_codes<T, D>) {
-        const hn::Rebind<code_of<T>, D> dc;
-        hn::BlendedStore(hn::LoadU(dc, as_codes(staged)), hn::FirstN(dc, n), dc,
-                         as_codes(row(r) + c));
-        return;
-      }
-#endif
       std::copy_n(staged, n, to_.data() + r * to_.stride() + c);
     }
   }

@@ -550,7 +550,7 @@ inline bool rows_alias(std::size_t stride_bytes) {
 // next row's exponentials (products_along), for rows of `cols` elements, x's of `x_bytes` each:
 // where what it then keeps in L1 fits there (two rows of fp32 exponentials and a row of x) and,
 // for exponentials in y's rows (a float y not streamed, `y_stride_bytes` apart), where those do not
-// alias (rows_alias); for a streamed y, except on AMD processors before Zen 5 (amd_zen5_family).
+// alias (rows_alias); for a streamed y, except on AMD processors before Zen 5 (family 26).
 // Otherwise each row's products run in a loop of their own after its exponentials, which on a
 // 2-core AMD EPYC (Zen 4, 32 KiB of L1) took, as a fraction of the fused loop's time: streamed,
 // bf16 0.76-0.80 at 1536 to 4096 columns (0.96 at 1024), fp32 0.80 at 2048 and 4096; into y's
@@ -565,7 +565,7 @@ inline bool softmax_fuses(bool streamed, std::size_t cols, std::size_t x_bytes,
   if (const int setting = softmax_fusion_setting().load(); setting >= 0) return setting == 1;
   if (cols * (2 * sizeof(float) + x_bytes) > l1_cache_bytes()) return false;
   const cpu_features& cpu = detected_cpu_features();
-  return streamed ? !cpu.amd || cpu.family >= amd_zen5_family : !rows_alias(y_stride_bytes);
+  return streamed ? !cpu.amd || cpu.family >= 26 : !rows_alias(y_stride_bytes);
 }
 
 // softmax of x into y row by row: the three passes of softmax_views over one row, the next row's

@@ -72,9 +72,6 @@ struct cpu_features {
   unsigned family = 0;  // CPUID's family, its extended family added (AMD: 25 Zen 4, 26 Zen 5)
 };
 
-// cpu_features::family of AMD's Zen 5 processors.
-inline constexpr unsigned amd_zen5_family = 26;
-
 namespace detail {
 
 #if defined(__x86_64__) || defined(__i386__)
